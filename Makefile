@@ -1,0 +1,76 @@
+# xlimit — `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# The BPF toolchain is pinned: the committed objects in maps/ are what this
+# exact compiler produces from bpf/, and `make check-generated` proves it.
+CLANG ?= clang-19
+STRIP ?= llvm-strip-19
+CLANG_FORMAT ?= clang-format-19
+BPF_CFLAGS := -O2 -g -Wall -Werror -mcpu=v3
+export BPF2GO_CC := $(CLANG)
+export BPF2GO_STRIP := $(STRIP)
+export BPF2GO_CFLAGS := $(BPF_CFLAGS)
+
+GO ?= go
+GOFLAGS_TEST ?= -count=1
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/xlimit/xlimit/cmd/xlimit/internal/version.Version=$(VERSION)
+BIN := bin/xlimit
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: generate
+generate: ## Compile bpf/ into maps/ with the pinned clang (bpf2go).
+	$(GO) generate ./
+
+.PHONY: check-generated
+check-generated: ## Regenerate the BPF objects and fail if they differ from the committed ones.
+	$(GO) generate ./
+	@git diff --exit-code -- maps/ || { echo "maps/: generated BPF objects are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- maps/)" || { git status --porcelain -- maps/; echo "maps/: untracked generated files"; exit 1; }
+
+.PHONY: build
+build: ## Build bin/xlimit (no clang needed).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/xlimit
+
+.PHONY: fmt
+fmt: ## Format Go and C.
+	gofmt -w $$(git ls-files '*.go')
+	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h
+
+.PHONY: lint
+lint: ## gofmt, go vet, staticcheck, clang-format.
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h
+
+.PHONY: test-unit
+test-unit: ## Unprivileged tests: config, control laws, Go models.
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./cmd/...
+
+.PHONY: test-kernel
+test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock.
+	$(GO) test $(GOFLAGS_TEST) ./maps/... ./loader/...
+
+.PHONY: e2e
+e2e: build ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon.
+	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; test $${PIPESTATUS[0]} -eq 0
+
+.PHONY: test
+test: lint check-generated test-unit test-kernel e2e ## Every tier: lint, generated-code check, unit, kernel, end-to-end.
+
+.PHONY: bench
+bench: ## Benchmarks (root): per-packet cost against a bare XDP program.
+	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./maps/
+
+.PHONY: vm-test
+vm-test: ## Run the whole suite inside a Vagrant VM (needs vagrant + libvirt or VirtualBox).
+	cd vagrant && vagrant up --provision && vagrant ssh -c 'cd /xlimit && sudo make test'
+
+.PHONY: clean
+clean: ## Remove build output.
+	rm -rf bin e2e.log

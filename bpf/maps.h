@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Every map of the XDP program. Config maps are written by the daemon only,
+ * state maps by the program only (DESIGN.md section 2). All but the test
+ * clock are pinned by name under <bpffs>/xlimit/<iface>/, so a restarted
+ * daemon adopts them, buckets and counters included. */
+#ifndef XLIMIT_MAPS_H
+#define XLIMIT_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "types.h"
+
+/* Config. Key 0: the active generation (0 or 1). A one-entry array because
+ * it is read on every packet; the daemon flips it last, after writing the
+ * other generation in full, which makes a reload atomic. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_gen SEC(".maps");
+
+/* Config. Key: generation. Value: masks and flags that do not depend on the
+ * packet. Array: two fixed entries, O(1) lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_GENERATIONS);
+	__type(key, __u32);
+	__type(value, struct xl_globals);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_config SEC(".maps");
+
+/* Config. Key: generation * 64 + slot. Value: the rule's flags, epoch and
+ * static (fallback) bucket. Array: slots are dense and fixed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_GENERATIONS * XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_rule);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_rules SEC(".maps");
+
+/* Config. Key: (generation << 17) | (proto << 16) | port for TCP and UDP.
+ * Value: mask of the rules with that port. An array indexed by port costs
+ * one bounds-checked load where a hash would cost a hash; 2 MiB in all. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_GENERATIONS * XL_PORT_PROTOS * XL_PORTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_ports SEC(".maps");
+
+/* Config. Key: generation + IPv4 source prefix. Value: allow/deny and the
+ * rules whose sources contain it. LPM trie: longest-prefix match in one
+ * lookup; the daemon folds enclosing prefixes into each entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 2 * 65536);
+	__type(key, struct xl_lpm4_key);
+	__type(value, struct xl_prefix);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_prefix4 SEC(".maps");
+
+/* Config. As xl_prefix4, for IPv6 sources. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 2 * 65536);
+	__type(key, struct xl_lpm6_key);
+	__type(value, struct xl_prefix);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_prefix6 SEC(".maps");
+
+/* Config. Key: slot. Value: the control loop's bucket with its deadline;
+ * the rule's fallback applies once the deadline passes. Not generational:
+ * the control loop owns it between reloads, and the epoch ties it to one
+ * rule. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_limit);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_limits SEC(".maps");
+
+/* State. Key: slot. Value: the rule's bucket (TAT) and the epoch it belongs
+ * to. A shared array, not per-CPU: one bucket must admit at most its rate
+ * whichever CPU the packet arrives on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_bucket_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_buckets SEC(".maps");
+
+/* State. Key: slot, or XL_GLOBAL_SLOT for packet-level verdicts. Value:
+ * packets and bytes by verdict, packets by reason. Per-CPU: increments
+ * never contend; readers sum over CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_COUNTER_SLOTS);
+	__type(key, __u32);
+	__type(value, struct xl_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_stats SEC(".maps");
+
+/* Test only. Key 0: the time in ns that the program reads instead of the
+ * clock when xl_cfg_fake_clock is set. Not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} xl_clock SEC(".maps");
+
+#endif /* XLIMIT_MAPS_H */

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Types shared by the XDP program and the Go daemon. bpf2go generates the Go
+ * side of every struct and enum here (-type), so the layout has one source.
+ * Every struct is padded by hand to a multiple of 8 bytes with no implicit
+ * holes, so the C and Go layouts cannot drift. */
+#ifndef XLIMIT_TYPES_H
+#define XLIMIT_TYPES_H
+
+#include <linux/types.h>
+
+/* Rules live in 64 slots: a packet's matching rules are one 64-bit mask. */
+#define XL_MAX_RULES 64
+/* Counter slot for the final, packet-level verdict (not tied to one rule). */
+#define XL_GLOBAL_SLOT XL_MAX_RULES
+#define XL_COUNTER_SLOTS (XL_MAX_RULES + 1)
+/* Config maps are double-buffered: generation 0 and 1, one of them active. */
+#define XL_GENERATIONS 2
+/* Ports of TCP and UDP have a rule mask each, in one array per generation. */
+#define XL_PORT_PROTOS 2
+#define XL_PORTS 65536
+/* Bucket time unit: 2^-6 ns. 2^64 units last 9.1 years of uptime, and the
+ * bucket compares times by wrapping difference, so even that is no limit. */
+#define XL_TIME_SHIFT 6
+/* Bucket cost multiplier fraction bits: inc = (cost * mult) >> 16. */
+#define XL_MULT_SHIFT 16
+/* Longest IPv6 extension-header chain the parser walks. */
+#define XL_IPV6_EXT_MAX 6
+/* Rule name length, NUL included. */
+#define XL_NAME_LEN 32
+
+/* Protocol classes a rule can match. TCP and UDP have ports. */
+enum xl_proto {
+	XL_PROTO_TCP = 0,
+	XL_PROTO_UDP = 1,
+	XL_PROTO_ICMP = 2, /* ICMP and ICMPv6 (neighbour discovery excepted) */
+	XL_PROTO_OTHER = 3,
+	XL_PROTO_MAX = 4,
+};
+
+enum xl_verdict {
+	XL_VERDICT_PASS = 0,
+	XL_VERDICT_DROP = 1,
+	XL_VERDICT_WOULD_DROP = 2, /* shadow mode: counted as a drop, passed */
+	XL_VERDICT_MAX = 3,
+};
+
+/* Why a packet got its verdict. Rule slots count the rule's own decision;
+ * the global slot counts the packet's final verdict. */
+enum xl_reason {
+	XL_REASON_NO_RULE = 0,       /* pass: no rule matched */
+	XL_REASON_ALLOW = 1,         /* pass: source allowlisted */
+	XL_REASON_ADMIT = 2,         /* pass: every matching rule admitted it */
+	XL_REASON_NOT_IP = 3,        /* pass: not IPv4/IPv6, or > 2 VLAN tags */
+	XL_REASON_DENY = 4,          /* drop: source denylisted */
+	XL_REASON_RULE = 5,          /* drop: the rule's bucket is empty */
+	XL_REASON_SOURCE = 6,        /* drop: the per-source bucket is empty */
+	XL_REASON_CONCURRENCY = 7,   /* drop: concurrency gate */
+	XL_REASON_BREAKER = 8,       /* drop: circuit breaker open */
+	XL_REASON_FRAGMENT = 9,      /* drop: fragment on a `fragments: drop` rule */
+	XL_REASON_MALFORMED_L2 = 10, /* truncated Ethernet or VLAN header */
+	XL_REASON_MALFORMED_L3 = 11, /* truncated or invalid IPv4/IPv6 header */
+	XL_REASON_MALFORMED_L4 = 12, /* truncated or invalid TCP/UDP/ICMP header */
+	XL_REASON_EXT_LIMIT = 13,    /* IPv6 extension chain over the bound */
+	XL_REASON_MAX = 14,
+};
+
+/* xl_rule.flags */
+enum xl_rule_flag {
+	XL_RULE_ACTIVE = 1 << 0,
+	XL_RULE_SHADOW = 1 << 1,
+	XL_RULE_BYTES = 1 << 2,     /* cost is the frame length, not 1 */
+	XL_RULE_FRAG_DROP = 1 << 3, /* drop non-first fragments outright */
+};
+
+/* xl_globals.flags */
+enum xl_global_flag {
+	XL_G_MALFORMED_PASS = 1 << 0, /* malformed frames pass (default: drop) */
+	XL_G_PREFIXES_V4 = 1 << 1,    /* the IPv4 prefix trie has entries */
+	XL_G_PREFIXES_V6 = 1 << 2,    /* the IPv6 prefix trie has entries */
+};
+
+/* xl_prefix.flags */
+enum xl_prefix_flag {
+	XL_PREFIX_ALLOW = 1 << 0,
+	XL_PREFIX_DENY = 1 << 1,
+};
+
+/* A bucket's settings in fixed point. A packet of cost c (1, or its length
+ * for byte rules) advances the bucket by inc = (c * mult + 2^15) >> 16 time
+ * units; it conforms while the theoretical arrival time stays within tol
+ * time units of now. mult is the emission interval in 2^-22 ns. */
+struct xl_bucket {
+	__u64 mult;
+	__u64 tol;
+};
+
+/* One rule of one generation (config, written by the daemon only). */
+struct xl_rule {
+	char name[XL_NAME_LEN];
+	__u32 flags; /* enum xl_rule_flag */
+	/* Identity of the rule's state: bucket state written under another
+	 * epoch belongs to an earlier rule in this slot and is reset. */
+	__u32 epoch;
+	/* The static rate from the rules file: in force whenever the control
+	 * loop's limit is missing, stale or for another epoch (fail-static). */
+	struct xl_bucket fallback;
+};
+
+/* The control loop's rate for a slot (config, written by the daemon only,
+ * every control period). */
+struct xl_limit {
+	struct xl_bucket bucket;
+	/* bpf_ktime_get_ns() time after which the fallback applies again. */
+	__u64 deadline_ns;
+	__u32 epoch; /* must equal xl_rule.epoch to apply */
+	__u32 _pad;
+};
+
+/* Packet-independent settings of one generation (config). */
+struct xl_globals {
+	__u64 portless[XL_PROTO_MAX];   /* rules matching every packet of a class */
+	__u64 frag_match[XL_PROTO_MAX]; /* port rules that take non-first fragments */
+	__u64 syn_only;                 /* rules matching only TCP SYN without ACK */
+	__u64 src_filtered;             /* rules with a `sources` filter */
+	__u32 flags;                    /* enum xl_global_flag */
+	__u32 _pad;
+};
+
+/* The trie value for a source prefix: allow/deny plus the rules whose
+ * `sources` contain it (the daemon folds enclosing prefixes in, so one
+ * longest-prefix lookup answers every list). */
+struct xl_prefix {
+	__u64 rules;
+	__u32 flags; /* enum xl_prefix_flag */
+	__u32 _pad;
+};
+
+/* Trie keys. The generation is part of the key, so both generations share
+ * one trie: prefixlen counts the 32 generation bits plus the prefix. */
+struct xl_lpm4_key {
+	__u32 prefixlen;
+	__u32 gen;
+	__u8 addr[4];
+};
+
+struct xl_lpm6_key {
+	__u32 prefixlen;
+	__u32 gen;
+	__u8 addr[16];
+};
+
+/* Bucket state (state, written by the XDP program only). */
+struct xl_bucket_state {
+	__u64 tat; /* theoretical arrival time, 2^-6 ns, wrapping */
+	__u32 epoch;
+	__u32 _pad;
+};
+
+/* Per-CPU counters of one slot (state). */
+struct xl_counters {
+	__u64 packets[XL_VERDICT_MAX];
+	__u64 bytes[XL_VERDICT_MAX];
+	__u64 reasons[XL_REASON_MAX];
+};
+
+#endif /* XLIMIT_TYPES_H */

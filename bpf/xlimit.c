@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* xlimit_xdp: admits or drops each incoming packet against the rules'
+ * token buckets. Order: parse -> allow/deny prefix -> rule match -> buckets
+ * -> one exit that counts the verdict and its reason. */
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "bucket.h"
+#include "maps.h"
+#include "match.h"
+#include "parse.h"
+#include "stats.h"
+#include "types.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Never read: they put the shared enums into BTF, where bpf2go finds them. */
+const enum xl_verdict *xl_btf_verdict __attribute__((unused));
+const enum xl_reason *xl_btf_reason __attribute__((unused));
+const enum xl_proto *xl_btf_proto __attribute__((unused));
+const enum xl_rule_flag *xl_btf_rule_flag __attribute__((unused));
+const enum xl_global_flag *xl_btf_global_flag __attribute__((unused));
+const enum xl_prefix_flag *xl_btf_prefix_flag __attribute__((unused));
+
+/* Load-time switch for tests: read the time from xl_clock instead of the
+ * clock. Zero in production, where the verifier prunes the map read. */
+volatile const __u32 xl_cfg_fake_clock = 0;
+
+static __always_inline __u64 xl_now_ns(void)
+{
+	if (xl_cfg_fake_clock) {
+		__u32 zero = 0;
+		__u64 *t = bpf_map_lookup_elem(&xl_clock, &zero);
+		return t ? *t : 0;
+	}
+	return bpf_ktime_get_ns();
+}
+
+/* The one place the program reads time. */
+#define XL_NOW() xl_now_ns()
+
+/* The bucket in force for a rule: the control loop's while it is fresh and
+ * meant for this rule, the static fallback otherwise (fail-static). */
+static __always_inline const struct xl_bucket *xl_bucket_for(const struct xl_rule *r, __u32 slot,
+							     __u64 now)
+{
+	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
+	if (lim && lim->epoch == r->epoch && now < lim->deadline_ns)
+		return &lim->bucket;
+	return &r->fallback;
+}
+
+/* Applies the rule in one slot of a generation and counts its decision.
+ * Returns the rule's verdict in the low byte and its reason in the next.
+ *
+ * A global (not inlined) function: the verifier checks it once, not once
+ * per slot of the caller's loop over the matched rules. */
+__noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __u64 now, __u64 len)
+{
+	if (!pkt || slot >= XL_MAX_RULES)
+		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
+	__u32 key = gen * XL_MAX_RULES + slot;
+	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
+	if (!r || !(r->flags & XL_RULE_ACTIVE))
+		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
+
+	__u32 verdict = XL_VERDICT_PASS;
+	__u32 reason = XL_REASON_ADMIT;
+	struct xl_bucket_state *st = bpf_map_lookup_elem(&xl_buckets, &slot);
+	if (pkt->fragment && (r->flags & XL_RULE_FRAG_DROP)) {
+		verdict = XL_VERDICT_DROP;
+		reason = XL_REASON_FRAGMENT;
+	} else if (st) {
+		if (st->epoch != r->epoch) {
+			/* The slot belonged to another rule: start full. Two
+			 * CPUs may both reset; the bucket starts full once. */
+			st->tat = 0;
+			st->epoch = r->epoch;
+		}
+		__u64 cost = (r->flags & XL_RULE_BYTES) ? len : 1;
+		const struct xl_bucket *b = xl_bucket_for(r, slot, now);
+		if (!xl_gcra(&st->tat, b, now << XL_TIME_SHIFT, cost)) {
+			verdict = XL_VERDICT_DROP;
+			reason = XL_REASON_RULE;
+		}
+	}
+	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
+		verdict = XL_VERDICT_WOULD_DROP;
+	xl_count(slot, verdict, reason, len);
+	return verdict | reason << 8;
+}
+
+SEC("xdp")
+int xlimit_xdp(struct xdp_md *ctx)
+{
+	struct xl_cursor cur = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	__u64 len = cur.end - cur.pos;
+	struct xl_pkt pkt = {};
+	__u32 verdict = XL_VERDICT_PASS;
+	__u32 reason = XL_REASON_NO_RULE;
+	__u32 zero = 0;
+
+	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
+	if (!active)
+		goto out;
+	__u32 gen = *active & 1;
+	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
+	if (!g)
+		goto out;
+
+	int l3 = xl_parse_eth(&cur);
+	int l4;
+	if (l3 == ETH_P_IP) {
+		l4 = xl_parse_ipv4(&cur, &pkt);
+	} else if (l3 == ETH_P_IPV6) {
+		l4 = xl_parse_ipv6(&cur, &pkt);
+	} else {
+		reason = l3 == XL_PARSE_MALFORMED ? XL_REASON_MALFORMED_L2 : XL_REASON_NOT_IP;
+		goto malformed;
+	}
+	if (!pkt.family) {
+		reason = XL_REASON_MALFORMED_L3;
+		goto malformed;
+	}
+
+	struct xl_prefix *src = xl_lookup_source(&pkt, gen, g);
+	if (src && (src->flags & XL_PREFIX_ALLOW)) {
+		reason = XL_REASON_ALLOW;
+		goto out;
+	}
+	if (src && (src->flags & XL_PREFIX_DENY)) {
+		verdict = XL_VERDICT_DROP;
+		reason = XL_REASON_DENY;
+		goto out;
+	}
+
+	if (l4 < 0) {
+		reason = l4 == XL_PARSE_EXT_LIMIT ? XL_REASON_EXT_LIMIT : XL_REASON_MALFORMED_L3;
+		goto malformed;
+	}
+	pkt.proto = xl_proto_class(l4);
+	if (!pkt.fragment && xl_parse_l4(&cur, &pkt, l4) < 0) {
+		reason = XL_REASON_MALFORMED_L4;
+		goto malformed;
+	}
+
+	__u64 mask = xl_match(&pkt, gen, g, src);
+	if (!mask)
+		goto out;
+
+	__u64 now = XL_NOW();
+	reason = XL_REASON_ADMIT;
+	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
+		if (!(mask >> i))
+			break;
+		if (!((mask >> i) & 1))
+			continue;
+		int res = xl_apply_rule(gen, i, &pkt, now, len);
+		if ((res & 0xff) == XL_VERDICT_DROP) {
+			verdict = XL_VERDICT_DROP;
+			reason = (res >> 8) & 0xff;
+			break;
+		}
+	}
+	goto out;
+
+malformed:
+	/* NOT_IP always passes: the program does not drop what it does not
+	 * understand. Malformed IP passes only when the rules file says so. */
+	if (reason != XL_REASON_NOT_IP && !(g->flags & XL_G_MALFORMED_PASS))
+		verdict = XL_VERDICT_DROP;
+out:
+	xl_count(XL_GLOBAL_SLOT, verdict, reason, len);
+	return verdict == XL_VERDICT_DROP ? XDP_DROP : XDP_PASS;
+}

@@ -1,0 +1,12 @@
+// Package xlimit is an eBPF/XDP rate limiter that protects a Linux host's
+// ports at the NIC. The XDP program in bpf/ admits or drops each packet
+// against token buckets in kernel maps; the daemon in cmd/xlimit loads it,
+// pins it and steers its rates.
+//
+// The go:generate line below compiles bpf/ into maps/ with bpf2go. Run it
+// through `make generate`, which pins the compiler (BPF2GO_CC, BPF2GO_STRIP,
+// BPF2GO_CFLAGS); the generated objects are committed, so building xlimit
+// needs no clang.
+package xlimit
+
+//go:generate go tool bpf2go -output-dir maps -go-package maps -tags linux -target bpfel -type xl_rule -type xl_limit -type xl_globals -type xl_prefix -type xl_lpm4_key -type xl_lpm6_key -type xl_bucket_state -type xl_counters -type xl_bucket -type xl_verdict -type xl_reason -type xl_proto -type xl_rule_flag -type xl_global_flag -type xl_prefix_flag xdp bpf/xlimit.c -- -I bpf/include

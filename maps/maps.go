@@ -1,0 +1,424 @@
+//go:build linux
+
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// ErrNotPinned is returned by OpenPinned when no xlimit maps are pinned in
+// the directory.
+var ErrNotPinned = errors.New("no xlimit maps pinned")
+
+// Options says how to load the program and its maps.
+type Options struct {
+	// PinDir, when set, is a directory on a bpffs where the maps are
+	// pinned by name; maps already pinned there are adopted, state and all.
+	PinDir string
+	// FakeClock makes the program read the time from the clock map that
+	// SetClock writes (tests only).
+	FakeClock bool
+}
+
+// Objects is a loaded XDP program with its maps.
+type Objects struct {
+	objs xdpObjects
+}
+
+// Spec returns the embedded collection spec, for callers that inspect it.
+func Spec() (*ebpf.CollectionSpec, error) {
+	return loadXdp()
+}
+
+// Load loads the program and creates (or adopts) its maps.
+func Load(opts Options) (*Objects, error) {
+	spec, err := loadXdp()
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	if opts.FakeClock {
+		if err := spec.Variables[xdpVarXlCfgFakeClock].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set fake clock: %w", err)
+		}
+	}
+	if opts.PinDir == "" {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+	}
+	var o Objects
+	err = spec.LoadAndAssign(&o.objs, &ebpf.CollectionOptions{
+		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
+	})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load program: %w", err)
+	}
+	return &o, nil
+}
+
+// Program returns the XDP program.
+func (o *Objects) Program() *ebpf.Program { return o.objs.XlimitXdp }
+
+// Close releases the program and maps (pins stay).
+func (o *Objects) Close() error {
+	return o.objs.Close()
+}
+
+// PinnedNames lists the names under which maps are pinned in a directory.
+func PinnedNames() []string {
+	return []string{
+		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
+		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlLimits, xdpMapXlBuckets,
+		xdpMapXlStats,
+	}
+}
+
+// Tables is read-write access to the maps alone: what Objects has, and what
+// OpenPinned gives to `xlimit status` without loading a program.
+type Tables struct {
+	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock *ebpf.Map
+	owned                                                                      bool
+}
+
+// Tables returns access to the maps of loaded objects.
+func (o *Objects) Tables() *Tables {
+	m := &o.objs.xdpMaps
+	return &Tables{
+		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
+		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
+		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock,
+	}
+}
+
+// OpenPinned opens the maps pinned in dir. The caller must Close it.
+func OpenPinned(dir string, readOnly bool) (*Tables, error) {
+	if _, err := os.Stat(filepath.Join(dir, xdpMapXlGen)); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open %s: %w", dir, ErrNotPinned)
+	}
+	t := &Tables{owned: true}
+	opts := &ebpf.LoadPinOptions{ReadOnly: readOnly}
+	for _, m := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{
+		{xdpMapXlGen, &t.gen}, {xdpMapXlConfig, &t.config}, {xdpMapXlRules, &t.rules},
+		{xdpMapXlPorts, &t.ports}, {xdpMapXlPrefix4, &t.prefix4}, {xdpMapXlPrefix6, &t.prefix6},
+		{xdpMapXlLimits, &t.limits}, {xdpMapXlBuckets, &t.buckets}, {xdpMapXlStats, &t.stats},
+	} {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
+		}
+		*m.dst = mp
+	}
+	return t, nil
+}
+
+// Close closes maps that OpenPinned opened; for Objects' tables it is a
+// no-op (Objects.Close owns them).
+func (t *Tables) Close() error {
+	if !t.owned {
+		return nil
+	}
+	var errs []error
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ActiveGeneration returns the generation the program reads.
+func (t *Tables) ActiveGeneration() (uint32, error) {
+	var g uint32
+	if err := t.gen.Lookup(uint32(0), &g); err != nil {
+		return 0, fmt.Errorf("read active generation: %w", err)
+	}
+	return g & 1, nil
+}
+
+// Apply writes plan into the inactive generation and then makes it active,
+// so the program switches from the old rules to the new ones between two
+// packets. Bucket state and counters are untouched: rules keep their slots
+// (dataplane.Compile) and their epochs.
+func (t *Tables) Apply(p *dataplane.Plan) error {
+	cur, err := t.ActiveGeneration()
+	if err != nil {
+		return err
+	}
+	next := cur ^ 1
+	if err := t.writeGeneration(next, p); err != nil {
+		return fmt.Errorf("write generation %d: %w", next, err)
+	}
+	if err := t.gen.Update(uint32(0), next, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("activate generation %d: %w", next, err)
+	}
+	return nil
+}
+
+func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
+	keys := make([]uint32, dataplane.MaxRules)
+	rules := make([]xdpXlRule, dataplane.MaxRules)
+	for i := range rules {
+		keys[i] = gen*dataplane.MaxRules + uint32(i)
+		rules[i] = ruleToKernel(&p.Rules[i])
+	}
+	if _, err := t.rules.BatchUpdate(keys, rules, nil); err != nil {
+		return fmt.Errorf("write rules: %w", err)
+	}
+
+	n := dataplane.PortProtos * dataplane.Ports
+	pkeys := make([]uint32, n)
+	pvals := make([]uint64, n)
+	for i := range pkeys {
+		pkeys[i] = gen<<17 | uint32(i)
+		pvals[i] = p.Ports[uint32(i)]
+	}
+	if _, err := t.ports.BatchUpdate(pkeys, pvals, nil); err != nil {
+		return fmt.Errorf("write ports: %w", err)
+	}
+
+	if err := t.writePrefixes(gen, p); err != nil {
+		return err
+	}
+
+	g := xdpXlGlobals{
+		Portless:    p.Globals.Portless,
+		FragMatch:   p.Globals.FragMatch,
+		SynOnly:     p.Globals.SynOnly,
+		SrcFiltered: p.Globals.SrcFiltered,
+		Flags:       p.Globals.Flags,
+	}
+	if err := t.config.Update(gen, &g, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write globals: %w", err)
+	}
+	return nil
+}
+
+func (t *Tables) writePrefixes(gen uint32, p *dataplane.Plan) error {
+	// Remove what an earlier plan left in this generation.
+	var k4 xdpXlLpm4Key
+	var stale4 []xdpXlLpm4Key
+	for it := t.prefix4.Iterate(); it.Next(&k4, new(xdpXlPrefix)); {
+		if k4.Gen == gen {
+			stale4 = append(stale4, k4)
+		}
+	}
+	for _, k := range stale4 {
+		if err := t.prefix4.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete prefix: %w", err)
+		}
+	}
+	var k6 xdpXlLpm6Key
+	var stale6 []xdpXlLpm6Key
+	for it := t.prefix6.Iterate(); it.Next(&k6, new(xdpXlPrefix)); {
+		if k6.Gen == gen {
+			stale6 = append(stale6, k6)
+		}
+	}
+	for _, k := range stale6 {
+		if err := t.prefix6.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete prefix: %w", err)
+		}
+	}
+	for _, e := range p.Prefix4 {
+		k := xdpXlLpm4Key{Prefixlen: 32 + uint32(e.Prefix.Bits()), Gen: gen, Addr: e.Prefix.Addr().As4()}
+		v := xdpXlPrefix{Rules: e.Rules, Flags: e.Flags}
+		if err := t.prefix4.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write prefix %s: %w", e.Prefix, err)
+		}
+	}
+	for _, e := range p.Prefix6 {
+		k := xdpXlLpm6Key{Prefixlen: 32 + uint32(e.Prefix.Bits()), Gen: gen, Addr: e.Prefix.Addr().As16()}
+		v := xdpXlPrefix{Rules: e.Rules, Flags: e.Flags}
+		if err := t.prefix6.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write prefix %s: %w", e.Prefix, err)
+		}
+	}
+	return nil
+}
+
+// ReadPlan reads the active generation back into a Plan: what `xlimit
+// status` shows, and what a restarted daemon compiles against so rules keep
+// their slots.
+func (t *Tables) ReadPlan() (*dataplane.Plan, error) {
+	gen, err := t.ActiveGeneration()
+	if err != nil {
+		return nil, err
+	}
+	p := &dataplane.Plan{Ports: make(map[uint32]uint64)}
+	for i := range p.Rules {
+		var r xdpXlRule
+		if err := t.rules.Lookup(gen*dataplane.MaxRules+uint32(i), &r); err != nil {
+			return nil, fmt.Errorf("read rule %d: %w", i, err)
+		}
+		p.Rules[i] = ruleFromKernel(&r)
+	}
+	var g xdpXlGlobals
+	if err := t.config.Lookup(gen, &g); err != nil {
+		return nil, fmt.Errorf("read globals: %w", err)
+	}
+	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Flags: g.Flags}
+
+	vals, err := t.allPorts()
+	if err != nil {
+		return nil, err
+	}
+	for i := range uint32(dataplane.PortProtos * dataplane.Ports) {
+		if v := vals[gen<<17|i]; v != 0 {
+			p.Ports[i] = v
+		}
+	}
+
+	var k4 xdpXlLpm4Key
+	var v xdpXlPrefix
+	for it := t.prefix4.Iterate(); it.Next(&k4, &v); {
+		if k4.Gen == gen {
+			pfx := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen)-32)
+			p.Prefix4 = append(p.Prefix4, dataplane.PrefixEntry{Prefix: pfx, Rules: v.Rules, Flags: v.Flags})
+		}
+	}
+	var k6 xdpXlLpm6Key
+	for it := t.prefix6.Iterate(); it.Next(&k6, &v); {
+		if k6.Gen == gen {
+			pfx := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen)-32)
+			p.Prefix6 = append(p.Prefix6, dataplane.PrefixEntry{Prefix: pfx, Rules: v.Rules, Flags: v.Flags})
+		}
+	}
+	return p, nil
+}
+
+// allPorts reads the whole port array, both generations, in batches.
+func (t *Tables) allPorts() ([]uint64, error) {
+	n := int(t.ports.MaxEntries())
+	keys := make([]uint32, n)
+	vals := make([]uint64, n)
+	var cursor ebpf.MapBatchCursor
+	read := 0
+	for read < n {
+		c, err := t.ports.BatchLookup(&cursor, keys[read:], vals[read:], nil)
+		read += c
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read ports: %w", err)
+		}
+	}
+	if read != n {
+		return nil, fmt.Errorf("read ports: got %d of %d entries", read, n)
+	}
+	return vals, nil
+}
+
+func ruleToKernel(r *dataplane.Rule) xdpXlRule {
+	k := xdpXlRule{
+		Flags:    r.Flags,
+		Epoch:    r.Epoch,
+		Fallback: xdpXlBucket{Mult: r.Fallback.Mult, Tol: r.Fallback.Tol},
+	}
+	for i := 0; i < len(r.Name) && i < len(k.Name)-1; i++ {
+		k.Name[i] = int8(r.Name[i])
+	}
+	return k
+}
+
+func ruleFromKernel(k *xdpXlRule) dataplane.Rule {
+	name := make([]byte, 0, len(k.Name))
+	for _, c := range k.Name {
+		if c == 0 {
+			break
+		}
+		name = append(name, byte(c))
+	}
+	return dataplane.Rule{
+		Name:     string(name),
+		Flags:    k.Flags,
+		Epoch:    k.Epoch,
+		Fallback: dataplane.Bucket{Mult: k.Fallback.Mult, Tol: k.Fallback.Tol},
+	}
+}
+
+// SetLimit writes the control loop's bucket for a slot.
+func (t *Tables) SetLimit(slot int, l dataplane.Limit) error {
+	v := xdpXlLimit{
+		Bucket:     xdpXlBucket{Mult: l.Bucket.Mult, Tol: l.Bucket.Tol},
+		DeadlineNs: l.DeadlineNS,
+		Epoch:      l.Epoch,
+	}
+	if err := t.limits.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write limit %d: %w", slot, err)
+	}
+	return nil
+}
+
+// Limit reads the control loop's bucket for a slot.
+func (t *Tables) Limit(slot int) (dataplane.Limit, error) {
+	var v xdpXlLimit
+	if err := t.limits.Lookup(uint32(slot), &v); err != nil {
+		return dataplane.Limit{}, fmt.Errorf("read limit %d: %w", slot, err)
+	}
+	return dataplane.Limit{Bucket: dataplane.Bucket{Mult: v.Bucket.Mult, Tol: v.Bucket.Tol}, DeadlineNS: v.DeadlineNs, Epoch: v.Epoch}, nil
+}
+
+// BucketTAT reads the theoretical arrival time of a slot's bucket (2^-6 ns)
+// and the epoch it belongs to.
+func (t *Tables) BucketTAT(slot int) (tat uint64, epoch uint32, err error) {
+	var v xdpXlBucketState
+	if err := t.buckets.Lookup(uint32(slot), &v); err != nil {
+		return 0, 0, fmt.Errorf("read bucket %d: %w", slot, err)
+	}
+	return v.Tat, v.Epoch, nil
+}
+
+// Counters returns a slot's counters summed over CPUs.
+func (t *Tables) Counters(slot int) (dataplane.Counters, error) {
+	var per []xdpXlCounters
+	if err := t.stats.Lookup(uint32(slot), &per); err != nil {
+		return dataplane.Counters{}, fmt.Errorf("read counters %d: %w", slot, err)
+	}
+	var sum dataplane.Counters
+	for i := range per {
+		c := dataplane.Counters{Packets: per[i].Packets, Bytes: per[i].Bytes, Reasons: per[i].Reasons}
+		sum.Add(&c)
+	}
+	return sum, nil
+}
+
+// AllCounters returns every slot's counters summed over CPUs.
+func (t *Tables) AllCounters() ([dataplane.CounterSlots]dataplane.Counters, error) {
+	var all [dataplane.CounterSlots]dataplane.Counters
+	for i := range all {
+		c, err := t.Counters(i)
+		if err != nil {
+			return all, err
+		}
+		all[i] = c
+	}
+	return all, nil
+}
+
+// SetClock sets the time a program loaded with FakeClock reads.
+func (t *Tables) SetClock(ns uint64) error {
+	if t.clock == nil {
+		return errors.New("set clock: no clock map")
+	}
+	if err := t.clock.Update(uint32(0), ns, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("set clock: %w", err)
+	}
+	return nil
+}

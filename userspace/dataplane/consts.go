@@ -1,0 +1,126 @@
+// Package dataplane is the Go side of the XDP program's contract, free of
+// any kernel dependency: the constants of bpf/types.h, the fixed-point
+// bucket arithmetic, the compiled Plan that the maps package writes into the
+// kernel, and a Go model of the whole program (parser, matcher, buckets)
+// that tests run side by side with the kernel.
+package dataplane
+
+// Constants of bpf/types.h. maps/ checks them against the BTF of the
+// compiled program, so a change on one side fails a test on the other.
+const (
+	MaxRules     = 64
+	GlobalSlot   = MaxRules
+	CounterSlots = MaxRules + 1
+	Generations  = 2
+	PortProtos   = 2
+	Ports        = 65536
+	TimeShift    = 6
+	MultShift    = 16
+	IPv6ExtMax   = 6
+	NameLen      = 32
+	VLANMax      = 2
+)
+
+// Proto is a protocol class a rule matches (enum xl_proto).
+type Proto uint8
+
+const (
+	ProtoTCP Proto = iota
+	ProtoUDP
+	ProtoICMP
+	ProtoOther
+	ProtoMax
+)
+
+var protoNames = [...]string{"tcp", "udp", "icmp", "other"}
+
+func (p Proto) String() string {
+	if int(p) < len(protoNames) {
+		return protoNames[p]
+	}
+	return "invalid"
+}
+
+// Verdict is what happened to a packet (enum xl_verdict).
+type Verdict uint8
+
+const (
+	VerdictPass Verdict = iota
+	VerdictDrop
+	VerdictWouldDrop
+	VerdictMax
+)
+
+var verdictNames = [...]string{"pass", "drop", "would_drop"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return "invalid"
+}
+
+// Reason says why a packet got its verdict (enum xl_reason).
+type Reason uint8
+
+const (
+	ReasonNoRule Reason = iota
+	ReasonAllow
+	ReasonAdmit
+	ReasonNotIP
+	ReasonDeny
+	ReasonRule
+	ReasonSource
+	ReasonConcurrency
+	ReasonBreaker
+	ReasonFragment
+	ReasonMalformedL2
+	ReasonMalformedL3
+	ReasonMalformedL4
+	ReasonExtLimit
+	ReasonMax
+)
+
+var reasonNames = [...]string{
+	"no_rule", "allow", "admit", "not_ip", "deny", "rule", "source",
+	"concurrency", "breaker", "fragment", "malformed_l2", "malformed_l3",
+	"malformed_l4", "ext_limit",
+}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "invalid"
+}
+
+// IsDrop reports whether the reason is one for which packets are dropped
+// (or would be, in shadow mode), as opposed to passed.
+func (r Reason) IsDrop() bool {
+	switch r {
+	case ReasonNoRule, ReasonAllow, ReasonAdmit, ReasonNotIP:
+		return false
+	}
+	return true
+}
+
+// Rule flags (enum xl_rule_flag).
+const (
+	RuleActive   uint32 = 1 << 0
+	RuleShadow   uint32 = 1 << 1
+	RuleBytes    uint32 = 1 << 2
+	RuleFragDrop uint32 = 1 << 3
+)
+
+// Global flags (enum xl_global_flag).
+const (
+	GlobalMalformedPass uint32 = 1 << 0
+	GlobalPrefixesV4    uint32 = 1 << 1
+	GlobalPrefixesV6    uint32 = 1 << 2
+)
+
+// Prefix flags (enum xl_prefix_flag).
+const (
+	PrefixAllow uint32 = 1 << 0
+	PrefixDeny  uint32 = 1 << 1
+)

@@ -1,0 +1,208 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// Packet is what the parser extracts from a frame (struct xl_pkt).
+type Packet struct {
+	Family   uint8 // 4, 6, or 0 when not IP
+	Src      netip.Addr
+	Proto    Proto
+	L4       uint8 // IP protocol number
+	DstPort  uint16
+	HasPort  bool
+	SYN      bool // TCP SYN without ACK
+	Fragment bool // non-first fragment: no L4 header
+	Exempt   bool // ICMPv6 neighbour discovery: never rule-limited
+	Len      int
+}
+
+// ParseResult says how far parsing got. Stage results other than ParseOK
+// carry the reason the kernel counts.
+type ParseResult uint8
+
+const (
+	ParseOK ParseResult = iota
+	ParseNotIP
+	ParseMalformedL2
+	ParseMalformedL3
+	ParseExtLimit
+	ParseMalformedL4
+)
+
+const (
+	ethPIPv4   = 0x0800
+	ethPIPv6   = 0x86dd
+	ethP8021Q  = 0x8100
+	ethP8021AD = 0x88a8
+
+	ipprotoHopOpts  = 0
+	ipprotoICMP     = 1
+	ipprotoTCP      = 6
+	ipprotoUDP      = 17
+	ipprotoRouting  = 43
+	ipprotoFragment = 44
+	ipprotoAH       = 51
+	ipprotoICMPv6   = 58
+	ipprotoDstOpts  = 60
+)
+
+// Parse is the Go model of parse.h. It stops at the first stage that
+// fails; the packet holds what was parsed up to then (the source address
+// is known from the IP stage on, which the allowlist needs).
+func Parse(frame []byte) (Packet, ParseResult) {
+	pkt := Packet{Len: len(frame)}
+	c := cursor{b: frame}
+	if c.pull(14) == nil {
+		return pkt, ParseMalformedL2
+	}
+	ethType := binary.BigEndian.Uint16(frame[12:14])
+	for range VLANMax {
+		if ethType != ethP8021Q && ethType != ethP8021AD {
+			break
+		}
+		v := c.pull(4)
+		if v == nil {
+			return pkt, ParseMalformedL2
+		}
+		ethType = binary.BigEndian.Uint16(v[2:4])
+	}
+	var l4 int
+	var res ParseResult
+	switch ethType {
+	case ethPIPv4:
+		l4, res = parseIPv4(&c, &pkt)
+	case ethPIPv6:
+		l4, res = parseIPv6(&c, &pkt)
+	default:
+		return pkt, ParseNotIP
+	}
+	if res != ParseOK {
+		return pkt, res
+	}
+	pkt.L4 = uint8(l4)
+	pkt.Proto = protoClass(l4)
+	if pkt.Fragment {
+		return pkt, ParseOK
+	}
+	switch l4 {
+	case ipprotoTCP:
+		h := c.pull(20)
+		if h == nil || h[12]>>4 < 5 {
+			return pkt, ParseMalformedL4
+		}
+		pkt.DstPort = binary.BigEndian.Uint16(h[2:4])
+		pkt.HasPort = true
+		pkt.SYN = h[13]&(0x02|0x10) == 0x02
+	case ipprotoUDP:
+		h := c.pull(8)
+		if h == nil {
+			return pkt, ParseMalformedL4
+		}
+		pkt.DstPort = binary.BigEndian.Uint16(h[2:4])
+		pkt.HasPort = true
+	case ipprotoICMP, ipprotoICMPv6:
+		h := c.pull(4)
+		if h == nil {
+			return pkt, ParseMalformedL4
+		}
+		if l4 == ipprotoICMPv6 && h[0] >= 133 && h[0] <= 137 {
+			pkt.Exempt = true
+		}
+	}
+	return pkt, ParseOK
+}
+
+type cursor struct {
+	b   []byte
+	pos int
+}
+
+func (c *cursor) pull(n int) []byte {
+	if n < 0 || c.pos+n > len(c.b) {
+		return nil
+	}
+	p := c.b[c.pos : c.pos+n]
+	c.pos += n
+	return p
+}
+
+func parseIPv4(c *cursor, pkt *Packet) (int, ParseResult) {
+	h := c.pull(20)
+	if h == nil || h[0]>>4 != 4 {
+		return 0, ParseMalformedL3
+	}
+	ihl := int(h[0]&0x0f) * 4
+	if ihl < 20 || c.pull(ihl-20) == nil {
+		return 0, ParseMalformedL3
+	}
+	pkt.Family = 4
+	pkt.Src = netip.AddrFrom4([4]byte(h[12:16]))
+	if binary.BigEndian.Uint16(h[6:8])&0x1fff != 0 {
+		pkt.Fragment = true
+	}
+	return int(h[9]), ParseOK
+}
+
+func parseIPv6(c *cursor, pkt *Packet) (int, ParseResult) {
+	h := c.pull(40)
+	if h == nil || h[0]>>4 != 6 {
+		return 0, ParseMalformedL3
+	}
+	pkt.Family = 6
+	pkt.Src = netip.AddrFrom16([16]byte(h[8:24]))
+	next := int(h[6])
+	for range IPv6ExtMax {
+		switch next {
+		case ipprotoHopOpts, ipprotoRouting, ipprotoDstOpts:
+			o := c.pull(2)
+			if o == nil {
+				return 0, ParseMalformedL3
+			}
+			next = int(o[0])
+			if c.pull((int(o[1])+1)*8-2) == nil {
+				return 0, ParseMalformedL3
+			}
+		case ipprotoAH:
+			o := c.pull(2)
+			if o == nil {
+				return 0, ParseMalformedL3
+			}
+			next = int(o[0])
+			if c.pull((int(o[1])+2)*4-2) == nil {
+				return 0, ParseMalformedL3
+			}
+		case ipprotoFragment:
+			f := c.pull(8)
+			if f == nil {
+				return 0, ParseMalformedL3
+			}
+			next = int(f[0])
+			if binary.BigEndian.Uint16(f[2:4])&0xfff8 != 0 {
+				pkt.Fragment = true
+				return next, ParseOK
+			}
+		default:
+			return next, ParseOK
+		}
+	}
+	switch next {
+	case ipprotoHopOpts, ipprotoRouting, ipprotoDstOpts, ipprotoAH, ipprotoFragment:
+		return 0, ParseExtLimit
+	}
+	return next, ParseOK
+}
+
+func protoClass(l4 int) Proto {
+	switch l4 {
+	case ipprotoTCP:
+		return ProtoTCP
+	case ipprotoUDP:
+		return ProtoUDP
+	case ipprotoICMP, ipprotoICMPv6:
+		return ProtoICMP
+	}
+	return ProtoOther
+}

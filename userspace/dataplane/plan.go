@@ -1,0 +1,306 @@
+package dataplane
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"sort"
+)
+
+// Plan is the complete content of one generation of the config maps,
+// compiled from a rules file. The maps package writes it to the inactive
+// generation and then flips the active one.
+type Plan struct {
+	Rules   [MaxRules]Rule
+	Globals Globals
+	// Ports maps PortKey(proto, port) to the mask of rules with that port,
+	// for TCP and UDP; ports without rules are absent.
+	Ports   map[uint32]uint64
+	Prefix4 []PrefixEntry
+	Prefix6 []PrefixEntry
+}
+
+// Rule is one slot of a generation (struct xl_rule).
+type Rule struct {
+	Name     string
+	Flags    uint32
+	Epoch    uint32
+	Fallback Bucket
+}
+
+// Active reports whether the slot holds a rule.
+func (r *Rule) Active() bool { return r.Flags&RuleActive != 0 }
+
+// Globals mirrors struct xl_globals.
+type Globals struct {
+	Portless    [ProtoMax]uint64
+	FragMatch   [ProtoMax]uint64
+	SynOnly     uint64
+	SrcFiltered uint64
+	Flags       uint32
+}
+
+// PrefixEntry is one source prefix of the trie with everything folded into
+// it: allow/deny from any enclosing list entry, and the rules whose sources
+// contain it.
+type PrefixEntry struct {
+	Prefix netip.Prefix
+	Rules  uint64
+	Flags  uint32
+}
+
+// PortKey is the index of (proto, port) within one generation of xl_ports.
+func PortKey(proto Proto, port uint16) uint32 {
+	return uint32(proto)<<16 | uint32(port)
+}
+
+// Epoch is the identity of a rule's state: it depends on the name only, so
+// rate changes and daemon restarts keep the bucket, and a slot that passes
+// to another rule starts fresh.
+func Epoch(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32() | 1
+}
+
+// Slot returns the slot of the rule with the given name, or -1.
+func (p *Plan) Slot(name string) int {
+	for i := range p.Rules {
+		if p.Rules[i].Active() && p.Rules[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// RuleSpec is what the compiler needs of one rule; userspace/config builds
+// them from a rules file.
+type RuleSpec struct {
+	Name      string
+	Protocol  string // tcp | udp | icmp | any
+	Ports     []PortRange
+	SynOnly   bool
+	Sources   []netip.Prefix
+	Bytes     bool
+	Rate      float64
+	Burst     float64
+	Shadow    bool
+	Fragments string // ignore | limit | drop
+}
+
+// PortRange is an inclusive range of ports.
+type PortRange struct{ Lo, Hi uint16 }
+
+// Spec is what the compiler needs of a rules file.
+type Spec struct {
+	Allow, Deny   []netip.Prefix
+	MalformedPass bool
+	Rules         []RuleSpec
+}
+
+// Compile builds a Plan. prev, when not nil, is the plan in force: a rule
+// keeps its slot across reloads (so its bucket and counters carry on) and
+// new rules take free slots, lowest first.
+func Compile(spec *Spec, prev *Plan) (*Plan, error) {
+	if len(spec.Rules) > MaxRules {
+		return nil, fmt.Errorf("compile rules: %d rules, at most %d", len(spec.Rules), MaxRules)
+	}
+	slots := make([]int, len(spec.Rules))
+	used := make([]bool, MaxRules)
+	for i, r := range spec.Rules {
+		slots[i] = -1
+		if prev != nil {
+			if s := prev.Slot(r.Name); s >= 0 && !used[s] {
+				slots[i], used[s] = s, true
+			}
+		}
+	}
+	for i := range spec.Rules {
+		if slots[i] >= 0 {
+			continue
+		}
+		for s := range used {
+			// Prefer slots the previous plan did not use, so a new rule
+			// does not inherit counters of a rule just removed.
+			if !used[s] && (prev == nil || !prev.Rules[s].Active()) {
+				slots[i], used[s] = s, true
+				break
+			}
+		}
+		if slots[i] < 0 {
+			for s := range used {
+				if !used[s] {
+					slots[i], used[s] = s, true
+					break
+				}
+			}
+		}
+	}
+
+	p := &Plan{Ports: make(map[uint32]uint64)}
+	if spec.MalformedPass {
+		p.Globals.Flags |= GlobalMalformedPass
+	}
+	sources := map[netip.Prefix]*PrefixEntry{}
+	entry := func(pfx netip.Prefix) *PrefixEntry {
+		pfx = pfx.Masked()
+		e, ok := sources[pfx]
+		if !ok {
+			e = &PrefixEntry{Prefix: pfx}
+			sources[pfx] = e
+		}
+		return e
+	}
+	for _, pfx := range spec.Allow {
+		entry(pfx).Flags |= PrefixAllow
+	}
+	for _, pfx := range spec.Deny {
+		entry(pfx).Flags |= PrefixDeny
+	}
+
+	for i, r := range spec.Rules {
+		slot := slots[i]
+		bit := uint64(1) << slot
+		b, err := NewBucket(r.Rate, r.Burst, r.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("compile rule %s: %w", r.Name, err)
+		}
+		if len(r.Name) >= NameLen {
+			return nil, fmt.Errorf("compile rule %s: name longer than %d bytes", r.Name, NameLen-1)
+		}
+		pr := Rule{Name: r.Name, Flags: RuleActive, Epoch: Epoch(r.Name), Fallback: b}
+		if r.Shadow {
+			pr.Flags |= RuleShadow
+		}
+		if r.Bytes {
+			pr.Flags |= RuleBytes
+		}
+		protos, err := protoClasses(r.Protocol, len(r.Ports) > 0)
+		if err != nil {
+			return nil, fmt.Errorf("compile rule %s: %w", r.Name, err)
+		}
+		if len(r.Ports) == 0 {
+			for _, c := range protos {
+				p.Globals.Portless[c] |= bit
+			}
+		} else {
+			for _, c := range protos {
+				for _, pr := range r.Ports {
+					for port := int(pr.Lo); port <= int(pr.Hi); port++ {
+						p.Ports[PortKey(c, uint16(port))] |= bit
+					}
+				}
+				switch r.Fragments {
+				case "", "ignore":
+				case "limit":
+					p.Globals.FragMatch[c] |= bit
+				case "drop":
+					p.Globals.FragMatch[c] |= bit
+				default:
+					return nil, fmt.Errorf("compile rule %s: fragments %q: unknown", r.Name, r.Fragments)
+				}
+			}
+			if r.Fragments == "drop" {
+				pr.Flags |= RuleFragDrop
+			}
+		}
+		if r.SynOnly {
+			p.Globals.SynOnly |= bit
+		}
+		if len(r.Sources) > 0 {
+			p.Globals.SrcFiltered |= bit
+			for _, pfx := range r.Sources {
+				entry(pfx)
+			}
+		}
+		p.Rules[slot] = pr
+	}
+
+	// Fold: every entry takes the flags and rules of each configured
+	// prefix that contains it, so the longest match alone decides.
+	for pfx, e := range sources {
+		for bits := pfx.Bits(); bits >= 0; bits-- {
+			anc, _ := pfx.Addr().Prefix(bits)
+			if a, ok := sources[anc]; ok {
+				e.Flags |= a.Flags & (PrefixAllow | PrefixDeny)
+			}
+		}
+	}
+	for i, r := range spec.Rules {
+		bit := uint64(1) << slots[i]
+		for _, src := range r.Sources {
+			src = src.Masked()
+			for pfx, e := range sources {
+				if src.Bits() <= pfx.Bits() && src.Addr().Is4() == pfx.Addr().Is4() && src.Contains(pfx.Addr()) {
+					e.Rules |= bit
+				}
+			}
+		}
+	}
+	for _, e := range sources {
+		if e.Prefix.Addr().Is4() {
+			p.Prefix4 = append(p.Prefix4, *e)
+		} else {
+			p.Prefix6 = append(p.Prefix6, *e)
+		}
+	}
+	for _, list := range [][]PrefixEntry{p.Prefix4, p.Prefix6} {
+		sort.Slice(list, func(i, j int) bool { return list[i].Prefix.String() < list[j].Prefix.String() })
+	}
+	if len(p.Prefix4) > 0 {
+		p.Globals.Flags |= GlobalPrefixesV4
+	}
+	if len(p.Prefix6) > 0 {
+		p.Globals.Flags |= GlobalPrefixesV6
+	}
+	return p, nil
+}
+
+func protoClasses(protocol string, hasPorts bool) ([]Proto, error) {
+	switch protocol {
+	case "tcp":
+		return []Proto{ProtoTCP}, nil
+	case "udp":
+		return []Proto{ProtoUDP}, nil
+	case "icmp":
+		if hasPorts {
+			return nil, fmt.Errorf("protocol icmp: has no ports")
+		}
+		return []Proto{ProtoICMP}, nil
+	case "any":
+		if hasPorts {
+			return []Proto{ProtoTCP, ProtoUDP}, nil
+		}
+		return []Proto{ProtoTCP, ProtoUDP, ProtoICMP, ProtoOther}, nil
+	}
+	return nil, fmt.Errorf("protocol %q: unknown", protocol)
+}
+
+// Lookup returns the trie entry for addr as the kernel's longest-prefix
+// match would, or nil.
+func (p *Plan) Lookup(addr netip.Addr) *PrefixEntry {
+	list := p.Prefix6
+	if addr.Is4() {
+		list = p.Prefix4
+	}
+	var best *PrefixEntry
+	for i := range list {
+		e := &list[i]
+		if e.Prefix.Contains(addr) && (best == nil || e.Prefix.Bits() > best.Prefix.Bits()) {
+			best = e
+		}
+	}
+	return best
+}
+
+// ActiveSlots returns the slots that hold rules, in order.
+func (p *Plan) ActiveSlots() []int {
+	var s []int
+	for i := range p.Rules {
+		if p.Rules[i].Active() {
+			s = append(s, i)
+		}
+	}
+	return slices.Clip(s)
+}
