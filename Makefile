@@ -15,7 +15,7 @@ export BPF2GO_CFLAGS := $(BPF_CFLAGS)
 GO ?= go
 GOFLAGS_TEST ?= -count=1
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/xlimit/xlimit/cmd/xlimit/internal/version.Version=$(VERSION)
+LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/xlimit
 
 .PHONY: help

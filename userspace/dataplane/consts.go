@@ -104,6 +104,10 @@ func (r Reason) IsDrop() bool {
 	return true
 }
 
+// RuleDropReasons are the reasons for which a rule drops a packet (the
+// other drop reasons are decided before any rule: deny, malformed).
+var RuleDropReasons = []Reason{ReasonRule, ReasonSource, ReasonConcurrency, ReasonBreaker, ReasonFragment}
+
 // Rule flags (enum xl_rule_flag).
 const (
 	RuleActive   uint32 = 1 << 0

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+
+	"fmt"
+
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+func cmdCheck(_ context.Context, e *env, args []string) error {
+	fs := newFlags(e, "check", "FILE",
+		"Validate a rules file without touching the kernel. Prints every problem as\n"+
+			"FILE:LINE: field: problem and exits 1 when there is any.")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: want exactly one FILE", errUsage)
+	}
+	file := fs.Arg(0)
+	cfg, err := config.Load(file)
+	if err != nil {
+		if errs := config.Errors(err); len(errs) > 0 {
+			for _, fe := range errs {
+				fmt.Fprintln(e.stderr, fe.Error())
+			}
+			return fmt.Errorf("%s: %d problem(s)", file, len(errs))
+		}
+		return err
+	}
+	// The compiler is the last judge: what it refuses, run would refuse.
+	if _, err := dataplane.Compile(dataplaneSpec(cfg), nil); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(e.stderr, "warning: %s\n", w.Error())
+	}
+	for _, w := range notEnforced(cfg) {
+		fmt.Fprintf(e.stderr, "warning: not enforced by this version: %s\n", w)
+	}
+	fmt.Fprintf(e.stdout, "%s: ok (%d rules)\n", file, len(cfg.Rules))
+	return nil
+}

@@ -1,0 +1,280 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+type runFlags struct {
+	config       string
+	ifaces       []string
+	xdpMode      string
+	metricsAddr  string
+	apiSocket    string
+	bpffs        string
+	stateDir     string
+	logLevel     string
+	detachOnExit bool
+}
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	var f runFlags
+	fs := newFlags(e, "run", "--config FILE [flags]",
+		"Attach xlimit to the interfaces and enforce the rules file. SIGHUP reloads the file\n"+
+			"atomically: a file that fails validation is logged and the running rules stay.\n"+
+			"Stopping the daemon leaves the program attached and enforcing (see 'xlimit detach').")
+	fs.StringVar(&f.config, "config", "", "rules file (YAML)")
+	fs.StringArrayVar(&f.ifaces, "iface", nil, "interface to protect (repeatable; overrides 'interfaces' in the file)")
+	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "attach mode: auto (native, else generic), native or generic")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9542", "Prometheus metrics listen address (empty: off)")
+	fs.StringVar(&f.apiSocket, "api-socket", "", "local API unix socket (not served by this version)")
+	fs.StringVar(&f.bpffs, "bpffs", loader.DefaultBPFFS, "bpffs mount point (mounted if missing)")
+	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/xlimit", "directory for the last good rules file")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&f.detachOnExit, "detach-on-exit", false, "detach from the interfaces when the daemon stops (default: protection outlives the daemon)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if f.config == "" {
+		return fmt.Errorf("%w: --config is required", errUsage)
+	}
+	mode, err := loader.ParseMode(f.xdpMode)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level: %v", errUsage, err)
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+
+	d := &daemon{flags: f, mode: mode, log: log}
+	return d.run(ctx)
+}
+
+type daemon struct {
+	flags   runFlags
+	mode    loader.Mode
+	log     *slog.Logger
+	cfg     *config.Config
+	attach  []*loader.Attachment
+	metrics *metricsServer
+
+	mu    sync.Mutex // guards plans against the metrics collector
+	plans map[string]*dataplane.Plan
+}
+
+func (d *daemon) lastGoodPath() string {
+	return filepath.Join(d.flags.stateDir, "last-good.yaml")
+}
+
+// loadStartupConfig reads the rules file, or, when it cannot be read or
+// validated, the last good one from the state directory: a restart must
+// never leave the host with fewer rules than it had.
+func (d *daemon) loadStartupConfig() (*config.Config, []byte, error) {
+	data, err := os.ReadFile(d.flags.config)
+	var cfg *config.Config
+	if err == nil {
+		cfg, err = config.Parse(d.flags.config, data)
+	}
+	if err == nil {
+		return cfg, data, nil
+	}
+	d.log.Error("rules file unusable; trying the last good rules", "file", d.flags.config, "err", err)
+	last, lerr := os.ReadFile(d.lastGoodPath())
+	if lerr != nil {
+		return nil, nil, fmt.Errorf("load rules: %w (and no last good rules: %v)", err, lerr)
+	}
+	cfg, lerr = config.Parse(d.lastGoodPath(), last)
+	if lerr != nil {
+		return nil, nil, fmt.Errorf("load rules: %w (and the last good rules are invalid: %v)", err, lerr)
+	}
+	d.log.Warn("RUNNING THE LAST GOOD RULES, NOT THE RULES FILE", "file", d.lastGoodPath())
+	return cfg, nil, nil
+}
+
+func (d *daemon) run(ctx context.Context) (err error) {
+	cfg, data, err := d.loadStartupConfig()
+	if err != nil {
+		return err
+	}
+	ifaces := d.flags.ifaces
+	if len(ifaces) == 0 {
+		ifaces = cfg.Interfaces
+	}
+	if len(ifaces) == 0 {
+		return fmt.Errorf("%w: no interfaces: give --iface or 'interfaces' in the rules file", errUsage)
+	}
+	d.plans = make(map[string]*dataplane.Plan)
+	defer func() {
+		err = errors.Join(err, d.close())
+	}()
+
+	for _, iface := range ifaces {
+		a, err := loader.Attach(iface, loader.Options{BPFFS: d.flags.bpffs, Mode: d.mode})
+		if err != nil {
+			return err
+		}
+		d.attach = append(d.attach, a)
+		id, _ := a.ProgramID()
+		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
+		if a.Adopted {
+			// Compile against what the earlier daemon left so that every
+			// rule keeps its slot, bucket and counters.
+			if prev, err := a.Tables().ReadPlan(); err == nil {
+				d.plans[iface] = prev
+			} else {
+				d.log.Warn("cannot read the pinned rules; slots restart", "iface", iface, "err", err)
+			}
+		}
+	}
+	if err := d.apply(cfg); err != nil {
+		return err
+	}
+	if data != nil {
+		d.saveLastGood(data)
+	}
+	d.warn(cfg)
+
+	if d.flags.metricsAddr != "" {
+		m, err := startMetrics(d.flags.metricsAddr, d)
+		if err != nil {
+			return err
+		}
+		d.metrics = m
+	}
+	if d.flags.apiSocket != "" {
+		d.log.Warn("--api-socket is not served by this version", "socket", d.flags.apiSocket)
+	}
+	sdNotify("READY=1")
+	d.log.Info("enforcing", "rules", len(cfg.Rules), "interfaces", ifaces)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			sdNotify("STOPPING=1")
+			d.log.Info("stopping; protection stays attached", "detach_on_exit", d.flags.detachOnExit)
+			return nil
+		case <-hup:
+			d.reload()
+		}
+	}
+}
+
+// reload re-reads the rules file. All or nothing: a file that does not
+// validate or compile leaves the running rules in force.
+func (d *daemon) reload() {
+	data, err := os.ReadFile(d.flags.config)
+	var cfg *config.Config
+	if err == nil {
+		cfg, err = config.Parse(d.flags.config, data)
+	}
+	if err == nil {
+		err = d.apply(cfg)
+	}
+	if err != nil {
+		d.metrics.reload("failure")
+		d.log.Error("reload failed; the running rules stay in force", "file", d.flags.config, "err", err)
+		return
+	}
+	d.metrics.reload("success")
+	d.saveLastGood(data)
+	d.warn(cfg)
+	d.log.Info("reloaded", "rules", len(cfg.Rules))
+}
+
+// apply compiles cfg for every interface first and writes the maps only
+// when every compilation succeeded.
+func (d *daemon) apply(cfg *config.Config) error {
+	spec := dataplaneSpec(cfg)
+	plans := make(map[string]*dataplane.Plan, len(d.attach))
+	for _, a := range d.attach {
+		p, err := dataplane.Compile(spec, d.plans[a.Iface])
+		if err != nil {
+			return err
+		}
+		plans[a.Iface] = p
+	}
+	for _, a := range d.attach {
+		if err := a.Tables().Apply(plans[a.Iface]); err != nil {
+			return fmt.Errorf("apply rules to %s: %w", a.Iface, err)
+		}
+		d.mu.Lock()
+		d.plans[a.Iface] = plans[a.Iface]
+		d.mu.Unlock()
+	}
+	d.cfg = cfg
+	return nil
+}
+
+func (d *daemon) warn(cfg *config.Config) {
+	for _, w := range cfg.Warnings {
+		d.log.Warn("rules file", "warning", w.Error())
+	}
+	for _, w := range notEnforced(cfg) {
+		d.log.Warn("not enforced by this version", "what", w)
+	}
+}
+
+func (d *daemon) saveLastGood(data []byte) {
+	if err := os.MkdirAll(d.flags.stateDir, 0o700); err != nil {
+		d.log.Warn("cannot keep the last good rules", "err", err)
+		return
+	}
+	tmp := d.lastGoodPath() + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		d.log.Warn("cannot keep the last good rules", "err", err)
+		return
+	}
+	if err := os.Rename(tmp, d.lastGoodPath()); err != nil {
+		d.log.Warn("cannot keep the last good rules", "err", err)
+	}
+}
+
+func (d *daemon) close() error {
+	var errs []error
+	if d.metrics != nil {
+		errs = append(errs, d.metrics.close())
+	}
+	for _, a := range d.attach {
+		errs = append(errs, a.Close())
+		if d.flags.detachOnExit {
+			errs = append(errs, loader.Detach(d.flags.bpffs, a.Iface))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sdNotify sends a state line to systemd when it started us with
+// Type=notify; elsewhere it does nothing.
+func sdNotify(state string) {
+	sock := os.Getenv("NOTIFY_SOCKET")
+	if sock == "" {
+		return
+	}
+	if sock[0] == '@' {
+		sock = "\x00" + sock[1:]
+	}
+	conn, err := netDialUnixgram(sock)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	_, _ = conn.Write([]byte(state))
+}

@@ -1,0 +1,83 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlimit/xlimit/userspace/metrics"
+)
+
+// metricsServer serves Prometheus metrics on its own registry.
+type metricsServer struct {
+	collector *metrics.Collector
+	srv       *http.Server
+}
+
+func startMetrics(addr string, d *daemon) (*metricsServer, error) {
+	c := metrics.NewCollector(d.metricTargets, monotonicNS)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	m := &metricsServer{collector: c, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	go func() {
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	d.log.Info("serving metrics", "addr", ln.Addr().String())
+	return m, nil
+}
+
+// reload counts a reload; a nil *metricsServer (metrics off) ignores it.
+func (m *metricsServer) reload(result string) {
+	if m != nil {
+		m.collector.Reload(result)
+	}
+}
+
+func (m *metricsServer) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return m.srv.Shutdown(ctx)
+}
+
+func (d *daemon) metricTargets() []metrics.Target {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ts []metrics.Target
+	for _, a := range d.attach {
+		if p := d.plans[a.Iface]; p != nil {
+			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables()})
+		}
+	}
+	return ts
+}
+
+// monotonicNS reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
+func monotonicNS() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano())
+}
+
+func netDialUnixgram(addr string) (net.Conn, error) {
+	return net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// dataplaneSpec is what the kernel program enforces of a rules file.
+func dataplaneSpec(cfg *config.Config) *dataplane.Spec {
+	s := &dataplane.Spec{
+		Allow:         cfg.Allow,
+		Deny:          cfg.Deny,
+		MalformedPass: cfg.Malformed == config.VerdictPass,
+	}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		rs := dataplane.RuleSpec{
+			Name:      r.Name,
+			Protocol:  string(r.Protocol),
+			SynOnly:   r.SynOnly,
+			Sources:   r.Sources,
+			Bytes:     r.Unit == config.UnitBytes,
+			Rate:      r.Rate,
+			Burst:     r.EffectiveBurst(),
+			Shadow:    r.Shadow,
+			Fragments: string(r.Fragments),
+		}
+		for _, p := range r.MergedPorts() {
+			rs.Ports = append(rs.Ports, dataplane.PortRange{Lo: p.Lo, Hi: p.Hi})
+		}
+		s.Rules = append(s.Rules, rs)
+	}
+	return s
+}
+
+// notEnforced lists what a valid rules file asks for that this version
+// does not enforce yet, so that nobody mistakes a rule for protection it
+// does not give. Such rules run at their static rate and burst.
+func notEnforced(cfg *config.Config) []string {
+	var out []string
+	add := func(r *config.Rule, what string) {
+		out = append(out, fmt.Sprintf("rule %s (line %d): %s", r.Name, r.Line, what))
+	}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		switch r.Behavior {
+		case config.BehaviorWarmUp, config.BehaviorWarmUpPaced, config.BehaviorAdaptive:
+			add(r, fmt.Sprintf("behavior %s needs the control loop; the static rate applies", r.Behavior))
+		}
+		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
+			add(r, "paced queue: kernel; paced with queue: none applies")
+		}
+		if r.PerSource != nil {
+			add(r, "per_source limits; only the rule-wide bucket applies")
+		}
+		if r.Concurrency != nil {
+			add(r, "concurrency limits")
+		}
+		if r.CircuitBreaker != nil {
+			add(r, "circuit_breaker")
+		}
+	}
+	if cfg.System != nil {
+		out = append(out, "system protection (system: cpu_high)")
+	}
+	return out
+}

@@ -1,0 +1,176 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// statusReport is the schema of `xlimit status --json`.
+type statusReport struct {
+	Interfaces []ifaceStatus `json:"interfaces"`
+}
+
+type ifaceStatus struct {
+	Iface      string        `json:"iface"`
+	PinDir     string        `json:"pin_dir"`
+	Attached   bool          `json:"attached"`
+	Ifindex    int           `json:"ifindex,omitempty"`
+	ProgramID  uint32        `json:"program_id,omitempty"`
+	LinkID     uint32        `json:"link_id,omitempty"`
+	Generation uint32        `json:"generation"`
+	Rules      []ruleStatus  `json:"rules"`
+	Total      counterStatus `json:"total"`
+}
+
+type ruleStatus struct {
+	Slot       int           `json:"slot"`
+	Name       string        `json:"name"`
+	Unit       string        `json:"unit"`
+	Rate       float64       `json:"rate"`
+	Burst      float64       `json:"burst"`
+	RateSource string        `json:"rate_source"` // static | control
+	Shadow     bool          `json:"shadow"`
+	Counters   counterStatus `json:"counters"`
+}
+
+type counterStatus struct {
+	Packets map[string]uint64 `json:"packets"`
+	Bytes   map[string]uint64 `json:"bytes"`
+	Reasons map[string]uint64 `json:"reasons"`
+}
+
+func toCounterStatus(c *dataplane.Counters) counterStatus {
+	s := counterStatus{Packets: map[string]uint64{}, Bytes: map[string]uint64{}, Reasons: map[string]uint64{}}
+	for v := range dataplane.VerdictMax {
+		s.Packets[v.String()] = c.Packets[v]
+		s.Bytes[v.String()] = c.Bytes[v]
+	}
+	for r := range dataplane.ReasonMax {
+		if c.Reasons[r] != 0 {
+			s.Reasons[r.String()] = c.Reasons[r]
+		}
+	}
+	return s
+}
+
+func cmdStatus(_ context.Context, e *env, args []string) error {
+	fs := newFlags(e, "status", "[--iface IF] [--json]",
+		"Show the rules, the rates in force and the counters of every protected interface,\n"+
+			"read from the pinned maps: no running daemon is needed.")
+	ifaces := fs.StringArray("iface", nil, "interface to show (repeatable; default: every pinned one)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	bpffs := fs.String("bpffs", loader.DefaultBPFFS, "bpffs mount point")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	names := *ifaces
+	if len(names) == 0 {
+		var err error
+		if names, err = loader.Pinned(*bpffs); err != nil {
+			return err
+		}
+	}
+	var rep statusReport
+	for _, iface := range names {
+		st, err := readStatus(*bpffs, iface)
+		if err != nil {
+			return err
+		}
+		rep.Interfaces = append(rep.Interfaces, st)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	if len(rep.Interfaces) == 0 {
+		fmt.Fprintf(e.stdout, "xlimit is not attached anywhere (no pins under %s/xlimit)\n", *bpffs)
+		return nil
+	}
+	for _, st := range rep.Interfaces {
+		printStatus(e.stdout, &st)
+	}
+	return nil
+}
+
+func readStatus(bpffs, iface string) (ifaceStatus, error) {
+	st := ifaceStatus{Iface: iface, PinDir: loader.PinDir(bpffs, iface)}
+	ls, err := loader.Inspect(bpffs, iface)
+	if err != nil {
+		return st, fmt.Errorf("inspect %s: %w", iface, err)
+	}
+	st.Attached, st.Ifindex, st.ProgramID, st.LinkID = ls.Attached, ls.Ifindex, ls.ProgramID, ls.LinkID
+	t, err := maps.OpenPinned(st.PinDir, true)
+	if err != nil {
+		return st, err
+	}
+	defer t.Close()
+	if st.Generation, err = t.ActiveGeneration(); err != nil {
+		return st, err
+	}
+	plan, err := t.ReadPlan()
+	if err != nil {
+		return st, err
+	}
+	counters, err := t.AllCounters()
+	if err != nil {
+		return st, err
+	}
+	now := monotonicNS()
+	for _, slot := range plan.ActiveSlots() {
+		r := &plan.Rules[slot]
+		rs := ruleStatus{
+			Slot: slot, Name: r.Name, Unit: "packets",
+			Rate: r.Fallback.Rate(), Burst: r.Fallback.Burst(), RateSource: "static",
+			Shadow:   r.Flags&dataplane.RuleShadow != 0,
+			Counters: toCounterStatus(&counters[slot]),
+		}
+		if r.Flags&dataplane.RuleBytes != 0 {
+			rs.Unit = "bytes"
+		}
+		if lim, err := t.Limit(slot); err == nil && lim.Epoch == r.Epoch && now < lim.DeadlineNS {
+			rs.Rate, rs.Burst, rs.RateSource = lim.Bucket.Rate(), lim.Bucket.Burst(), "control"
+		}
+		st.Rules = append(st.Rules, rs)
+	}
+	st.Total = toCounterStatus(&counters[dataplane.GlobalSlot])
+	return st, nil
+}
+
+func printStatus(w io.Writer, st *ifaceStatus) {
+	state := "attached"
+	if !st.Attached {
+		state = "NOT ATTACHED (pins only)"
+	}
+	fmt.Fprintf(w, "%s: %s, program %d, link %d, generation %d, pins %s\n", st.Iface, state, st.ProgramID, st.LinkID, st.Generation, st.PinDir)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rule\trate\tburst\tunit\tsource\tpass\tdrop\twould_drop\t")
+	for _, r := range st.Rules {
+		name := r.Name
+		if r.Shadow {
+			name += " (shadow)"
+		}
+		fmt.Fprintf(tw, "%s\t%.6g\t%.6g\t%s\t%s\t%d\t%d\t%d\t\n", name, r.Rate, r.Burst, r.Unit, r.RateSource,
+			r.Counters.Packets["pass"], r.Counters.Packets["drop"], r.Counters.Packets["would_drop"])
+	}
+	fmt.Fprintf(tw, "(all packets)\t\t\t\t\t%d\t%d\t\t\n", st.Total.Packets["pass"], st.Total.Packets["drop"])
+	tw.Flush()
+	if len(st.Total.Reasons) > 0 {
+		fmt.Fprintf(w, "  by reason:")
+		for r := range dataplane.ReasonMax {
+			if n, ok := st.Total.Reasons[r.String()]; ok {
+				fmt.Fprintf(w, " %s=%d", r, n)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+}

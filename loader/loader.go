@@ -1,0 +1,350 @@
+//go:build linux
+
+// Package loader attaches xlimit's XDP program to interfaces and keeps it
+// there: it loads the program, pins maps and the bpf_link under
+// <bpffs>/xlimit/<iface>/, adopts what an earlier daemon pinned (bucket
+// state and counters included), replaces the program atomically on
+// upgrade, and detaches only when asked.
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlimit/xlimit/maps"
+)
+
+// Mode is how the program is attached.
+type Mode string
+
+const (
+	ModeAuto    Mode = "auto"    // native, falling back to generic
+	ModeNative  Mode = "native"  // in the driver (XDP_FLAGS_DRV_MODE)
+	ModeGeneric Mode = "generic" // in the stack, any driver (XDP_FLAGS_SKB_MODE)
+)
+
+// ParseMode parses a --xdp-mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeAuto, ModeNative, ModeGeneric:
+		return m, nil
+	}
+	return "", fmt.Errorf("parse xdp mode %q: want auto, native or generic", s)
+}
+
+// DefaultBPFFS is where bpffs is normally mounted.
+const DefaultBPFFS = "/sys/fs/bpf"
+
+// ErrLocked is returned when another process holds an interface's pins.
+var ErrLocked = errors.New("another xlimit process manages this interface")
+
+const linkPin = "link"
+
+// PinDir is the directory of an interface's pins.
+func PinDir(bpffs, iface string) string {
+	return filepath.Join(bpffs, "xlimit", iface)
+}
+
+// Options for Attach.
+type Options struct {
+	BPFFS string // default DefaultBPFFS
+	Mode  Mode   // default ModeAuto
+}
+
+// Attachment is the program attached to one interface, with its pinned
+// maps and link. Close releases this process's handles; the pins keep the
+// program attached and enforcing.
+type Attachment struct {
+	Iface   string
+	Ifindex int
+	Dir     string
+	// Mode is the attach mode in force (native or generic).
+	Mode Mode
+	// Adopted reports that a pinned link from an earlier daemon was found
+	// and its program replaced in place, with no gap and no reset.
+	Adopted bool
+
+	objs *maps.Objects
+	link link.Link
+	lock *os.File
+}
+
+// Attach loads the program for iface, adopting pinned maps, and attaches it
+// through a pinned bpf_link, or updates the pinned link in place.
+func Attach(iface string, opts Options) (_ *Attachment, err error) {
+	if opts.BPFFS == "" {
+		opts.BPFFS = DefaultBPFFS
+	}
+	if opts.Mode == "" {
+		opts.Mode = ModeAuto
+	}
+	nl, err := netlink.LinkByName(iface)
+	if err != nil {
+		return nil, fmt.Errorf("find interface %s: %w", iface, err)
+	}
+	a := &Attachment{Iface: iface, Ifindex: nl.Attrs().Index, Dir: PinDir(opts.BPFFS, iface)}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+
+	if err := EnsureBPFFS(opts.BPFFS); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(a.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create pin directory: %w", err)
+	}
+	if a.lock, err = lockDir(a.Dir); err != nil {
+		return nil, err
+	}
+	// Maps pinned by an earlier daemon are adopted as they are, state and
+	// all; the library refuses ones whose layout differs.
+	if a.objs, err = maps.Load(maps.Options{PinDir: a.Dir}); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("adopt maps pinned in %s (from an incompatible xlimit; run 'xlimit detach --iface %s' first): %w", a.Dir, iface, err)
+		}
+		return nil, err
+	}
+	prog := a.objs.Program()
+
+	pin := filepath.Join(a.Dir, linkPin)
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if sameInterface(l, a.Ifindex) {
+			if err := l.Update(prog); err != nil {
+				l.Close()
+				return nil, fmt.Errorf("replace program on %s: %w", iface, err)
+			}
+			a.link, a.Adopted = l, true
+		} else {
+			// The interface was deleted (and maybe re-created): the
+			// pinned link protects nothing any more.
+			_ = l.Unpin()
+			l.Close()
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("load pinned link %s: %w", pin, err)
+	}
+
+	if a.link == nil {
+		if a.link, err = attach(prog, a.Ifindex, opts.Mode); err != nil {
+			return nil, fmt.Errorf("attach to %s: %w", iface, err)
+		}
+		if err := a.link.Pin(pin); err != nil {
+			return nil, fmt.Errorf("pin link: %w", err)
+		}
+	}
+	a.Mode = currentMode(a.Ifindex)
+	return a, nil
+}
+
+func attach(prog *ebpf.Program, ifindex int, mode Mode) (link.Link, error) {
+	try := func(flags link.XDPAttachFlags) (link.Link, error) {
+		return link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: flags})
+	}
+	switch mode {
+	case ModeNative:
+		return try(link.XDPDriverMode)
+	case ModeGeneric:
+		return try(link.XDPGenericMode)
+	}
+	l, err := try(link.XDPDriverMode)
+	if err == nil {
+		return l, nil
+	}
+	l, gerr := try(link.XDPGenericMode)
+	if gerr != nil {
+		return nil, errors.Join(fmt.Errorf("native: %w", err), fmt.Errorf("generic: %w", gerr))
+	}
+	return l, nil
+}
+
+func sameInterface(l link.Link, ifindex int) bool {
+	info, err := l.Info()
+	if err != nil {
+		return false
+	}
+	x := info.XDP()
+	return x != nil && int(x.Ifindex) == ifindex
+}
+
+func currentMode(ifindex int) Mode {
+	nl, err := netlink.LinkByIndex(ifindex)
+	if err != nil || nl.Attrs().Xdp == nil {
+		return ""
+	}
+	// IFLA_XDP_ATTACHED: 1 driver, 2 generic, 3 offloaded.
+	switch nl.Attrs().Xdp.AttachMode {
+	case 1:
+		return ModeNative
+	case 2:
+		return ModeGeneric
+	}
+	return Mode(fmt.Sprintf("mode-%d", nl.Attrs().Xdp.AttachMode))
+}
+
+// Tables gives typed access to the attachment's maps.
+func (a *Attachment) Tables() *maps.Tables { return a.objs.Tables() }
+
+// ProgramID is the kernel's id of the attached program.
+func (a *Attachment) ProgramID() (uint32, error) {
+	info, err := a.objs.Program().Info()
+	if err != nil {
+		return 0, fmt.Errorf("read program info: %w", err)
+	}
+	id, _ := info.ID()
+	return uint32(id), nil
+}
+
+// Close releases this process's handles and the lock. The pinned link
+// keeps the program attached.
+func (a *Attachment) Close() error {
+	var errs []error
+	if a.link != nil {
+		errs = append(errs, a.link.Close())
+		a.link = nil
+	}
+	if a.objs != nil {
+		errs = append(errs, a.objs.Close())
+		a.objs = nil
+	}
+	if a.lock != nil {
+		errs = append(errs, a.lock.Close())
+		a.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Detach removes xlimit from iface: it detaches the pinned link (even if a
+// daemon still holds it), and removes every pin and the directory. It is
+// the only way protection goes away. Interfaces that no longer exist are
+// cleaned up too.
+func Detach(bpffs, iface string) error {
+	if bpffs == "" {
+		bpffs = DefaultBPFFS
+	}
+	dir := PinDir(bpffs, iface)
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("detach %s: nothing pinned in %s: %w", iface, dir, err)
+	}
+	var errs []error
+	pin := filepath.Join(dir, linkPin)
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := l.Detach(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("detach link: %w", err))
+		}
+		errs = append(errs, l.Unpin(), l.Close())
+	} else if !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("load pinned link: %w", err))
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("read %s: %w", dir, err))
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove pin: %w", err))
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+	}
+	// Leave <bpffs>/xlimit when it is empty; other interfaces may remain.
+	_ = os.Remove(filepath.Dir(dir))
+	return errors.Join(errs...)
+}
+
+// Pinned lists the interfaces with pins under bpffs.
+func Pinned(bpffs string) ([]string, error) {
+	if bpffs == "" {
+		bpffs = DefaultBPFFS
+	}
+	entries, err := os.ReadDir(filepath.Join(bpffs, "xlimit"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned interfaces: %w", err)
+	}
+	var ifaces []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ifaces = append(ifaces, e.Name())
+		}
+	}
+	return ifaces, nil
+}
+
+// EnsureBPFFS mounts a bpffs at path unless one is mounted there already
+// (inside `ip netns exec`, /sys has none).
+func EnsureBPFFS(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return fmt.Errorf("create bpffs mount point %s: %w", path, err)
+	}
+	if err := unix.Mount("bpf", path, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", path, err)
+	}
+	return nil
+}
+
+// lockDir takes an exclusive, non-blocking lock on the pin directory so
+// two daemons never manage one interface.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s: %w", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// LinkState describes the pinned link of an interface.
+type LinkState struct {
+	Pinned    bool
+	Attached  bool // the link still holds an interface
+	Ifindex   int
+	ProgramID uint32
+	LinkID    uint32
+}
+
+// Inspect reads the pinned link of iface without changing anything.
+func Inspect(bpffs, iface string) (LinkState, error) {
+	if bpffs == "" {
+		bpffs = DefaultBPFFS
+	}
+	l, err := link.LoadPinnedLink(filepath.Join(PinDir(bpffs, iface), linkPin), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return LinkState{}, nil
+	}
+	if err != nil {
+		return LinkState{}, fmt.Errorf("load pinned link: %w", err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return LinkState{Pinned: true}, fmt.Errorf("read link info: %w", err)
+	}
+	st := LinkState{Pinned: true, ProgramID: uint32(info.Program), LinkID: uint32(info.ID)}
+	if x := info.XDP(); x != nil && x.Ifindex != 0 {
+		st.Attached, st.Ifindex = true, int(x.Ifindex)
+	}
+	return st, nil
+}

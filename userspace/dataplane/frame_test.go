@@ -1,0 +1,321 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
+
+var (
+	testSrc4 = netip.MustParseAddr("198.51.100.7")
+	testSrc6 = netip.MustParseAddr("2001:db8:77::7")
+)
+
+// frameLayout is where BuildFrame should have put each header, computed from
+// the spec alone (not from the frame).
+type frameLayout struct {
+	l3, l4, end int  // offsets of the IP header, of the L4 header, and length
+	v6          bool // IPv6
+	fragment    bool // non-first fragment
+	l4Header    int  // length of the L4 header
+}
+
+func layoutOf(s FrameSpec) frameLayout {
+	var l frameLayout
+	l.l3 = 14 + 4*len(s.VLANs)
+	switch {
+	case s.Src.Is4():
+		l.l4 = l.l3 + 20 + 4*s.IPv4OptionWords
+		l.fragment = s.FragOffset != 0
+	case s.Src.Is6():
+		l.v6 = true
+		l.l4 = l.l3 + 40
+		for _, h := range s.IPv6Ext {
+			if h == ExtAH {
+				l.l4 += 24
+			} else {
+				l.l4 += 8
+			}
+			if h == ExtFragment && s.FragOffset != 0 {
+				l.fragment = true
+			}
+		}
+	default:
+		l.l4 = l.l3
+	}
+	if s.Src.IsValid() && !l.fragment {
+		switch s.Proto {
+		case ProtoNumTCP:
+			l.l4Header = 20
+		case ProtoNumUDP, ProtoNumICMP, ProtoNumICMPv6:
+			l.l4Header = 8
+		}
+	}
+	l.end = l.l4 + l.l4Header + s.PayloadLen
+	return l
+}
+
+// wantParse is what Parse must return for a frame built from s, derived
+// from the spec.
+func wantParse(s FrameSpec, frameLen int) (Packet, ParseResult) {
+	want := Packet{Len: frameLen}
+	if len(s.VLANs) > VLANMax || !s.Src.IsValid() ||
+		s.EtherType != 0 && s.EtherType != EtherTypeIPv4 && s.EtherType != EtherTypeIPv6 {
+		return want, ParseNotIP
+	}
+	want.Src = s.Src
+	want.Family = 4
+	want.L4 = s.Proto
+	want.Fragment = s.Src.Is4() && s.FragOffset != 0
+	if s.Src.Is6() {
+		want.Family = 6
+		// Walk the chain as the parser must: at most IPv6ExtMax headers,
+		// stopping early at a non-first fragment header.
+		i := 0
+		for ; i < len(s.IPv6Ext) && i < IPv6ExtMax; i++ {
+			if s.IPv6Ext[i] == ExtFragment && s.FragOffset != 0 {
+				want.Fragment = true
+				if i+1 < len(s.IPv6Ext) {
+					want.L4 = s.IPv6Ext[i+1]
+				}
+				break
+			}
+		}
+		if !want.Fragment && i < len(s.IPv6Ext) {
+			return Packet{Len: frameLen, Family: 6, Src: s.Src}, ParseExtLimit
+		}
+	}
+	want.Proto = protoClass(int(want.L4))
+	if !want.Fragment {
+		switch s.Proto {
+		case ProtoNumTCP:
+			want.HasPort, want.DstPort = true, s.DstPort
+			want.SYN = s.TCPFlags&0x12 == 0x02
+		case ProtoNumUDP:
+			want.HasPort, want.DstPort = true, s.DstPort
+		case ProtoNumICMPv6:
+			want.Exempt = s.ICMPType >= 133 && s.ICMPType <= 137
+		}
+	}
+	return want, ParseOK
+}
+
+// checkFrame checks the bytes BuildFrame wrote against the spec: lengths,
+// tags, fields and checksums.
+func checkFrame(t *testing.T, s FrameSpec, f []byte) {
+	t.Helper()
+	l := layoutOf(s)
+	if len(f) != l.end {
+		t.Fatalf("frame is %d bytes, want %d", len(f), l.end)
+	}
+	for i, tpid := range s.VLANs {
+		if got := binary.BigEndian.Uint16(f[12+4*i:]); got != tpid {
+			t.Errorf("tag %d: TPID %#x, want %#x", i, got, tpid)
+		}
+	}
+	et := binary.BigEndian.Uint16(f[l.l3-2:])
+	switch {
+	case s.EtherType != 0:
+		if et != s.EtherType {
+			t.Errorf("ethertype %#x, want %#x", et, s.EtherType)
+		}
+	case s.Src.Is4() && et != EtherTypeIPv4, s.Src.Is6() && et != EtherTypeIPv6:
+		t.Errorf("ethertype %#x for %v", et, s.Src)
+	}
+	if !s.Src.IsValid() {
+		return
+	}
+	ip := f[l.l3:]
+	var pseudo uint32
+	if l.v6 {
+		if ip[0]>>4 != 6 {
+			t.Errorf("IPv6 version %d", ip[0]>>4)
+		}
+		if got, want := int(binary.BigEndian.Uint16(ip[4:])), len(f)-l.l3-40; got != want {
+			t.Errorf("IPv6 payload length %d, want %d", got, want)
+		}
+		if netip.AddrFrom16([16]byte(ip[8:24])) != s.Src {
+			t.Errorf("IPv6 source %v", netip.AddrFrom16([16]byte(ip[8:24])))
+		}
+		pseudo = checksum(checksum(0, ip[8:40]), binary.BigEndian.AppendUint32(nil, uint32(len(f)-l.l4)))
+		pseudo = checksum(pseudo, []byte{0, 0, 0, s.Proto})
+		// Walk the chain by its next-header fields.
+		next, off := ip[6], 40
+		for i, h := range s.IPv6Ext {
+			if next != h {
+				t.Fatalf("extension header %d: next header %d, want %d", i, next, h)
+			}
+			next = ip[off]
+			switch h {
+			case ExtAH:
+				off += (int(ip[off+1]) + 2) * 4
+			case ExtFragment:
+				fo := binary.BigEndian.Uint16(ip[off+2:])
+				if fo>>3 != s.FragOffset || (fo&1 != 0) != s.MoreFragments {
+					t.Errorf("fragment header offset field %#x", fo)
+				}
+				off += 8
+			default:
+				off += (int(ip[off+1]) + 1) * 8
+			}
+		}
+		if next != s.Proto || l.l3+off != l.l4 {
+			t.Errorf("chain ends with next header %d at %d, want %d at %d", next, l.l3+off, s.Proto, l.l4)
+		}
+	} else {
+		hlen := int(ip[0]&0x0f) * 4
+		if ip[0]>>4 != 4 || hlen != 20+4*s.IPv4OptionWords {
+			t.Errorf("IPv4 version/IHL byte %#x", ip[0])
+		}
+		if checksum(0, ip[:hlen]) != 0xffff {
+			t.Errorf("IPv4 header checksum does not verify")
+		}
+		if got := int(binary.BigEndian.Uint16(ip[2:])); got != len(f)-l.l3 {
+			t.Errorf("IPv4 total length %d, want %d", got, len(f)-l.l3)
+		}
+		fo := binary.BigEndian.Uint16(ip[6:])
+		if fo&0x1fff != s.FragOffset || (fo&0x2000 != 0) != s.MoreFragments {
+			t.Errorf("IPv4 fragment field %#x", fo)
+		}
+		if ip[9] != s.Proto || netip.AddrFrom4([4]byte(ip[12:16])) != s.Src {
+			t.Errorf("IPv4 protocol %d source %v", ip[9], netip.AddrFrom4([4]byte(ip[12:16])))
+		}
+		pseudo = checksum(checksum(0, ip[12:20]), []byte{0, s.Proto})
+		pseudo = checksum(pseudo, binary.BigEndian.AppendUint16(nil, uint16(len(f)-l.l4)))
+	}
+	if l.l4Header == 0 {
+		return
+	}
+	seg := f[l.l4:]
+	if binary.BigEndian.Uint16(seg[2:]) != s.DstPort && (s.Proto == ProtoNumTCP || s.Proto == ProtoNumUDP) {
+		t.Errorf("destination port %d, want %d", binary.BigEndian.Uint16(seg[2:]), s.DstPort)
+	}
+	if s.Proto == ProtoNumICMP {
+		pseudo = 0
+	}
+	if got := checksum(pseudo, seg); got != 0xffff {
+		t.Errorf("L4 checksum does not verify (sum %#x)", got)
+	}
+}
+
+func frameSpecs() []FrameSpec {
+	var specs []FrameSpec
+	for _, src := range []netip.Addr{testSrc4, testSrc6} {
+		icmp := uint8(ProtoNumICMP)
+		if src.Is6() {
+			icmp = ProtoNumICMPv6
+		}
+		specs = append(specs,
+			FrameSpec{Src: src, Proto: ProtoNumUDP, SrcPort: 4000, DstPort: 53, PayloadLen: 31},
+			FrameSpec{Src: src, Proto: ProtoNumTCP, DstPort: 80, TCPFlags: 0x02},
+			FrameSpec{Src: src, Proto: ProtoNumTCP, DstPort: 80, TCPFlags: 0x12, PayloadLen: 1},
+			FrameSpec{Src: src, Proto: ProtoNumTCP, DstPort: 443, TCPFlags: 0x10, PayloadLen: 100},
+			FrameSpec{Src: src, Proto: icmp, ICMPType: 8},
+			FrameSpec{Src: src, Proto: 47, PayloadLen: 12},
+			FrameSpec{Src: src, VLANs: []uint16{EtherType8021Q}, Proto: ProtoNumUDP, DstPort: 9},
+			FrameSpec{Src: src, VLANs: []uint16{EtherType8021AD, EtherType8021Q}, Proto: ProtoNumTCP, DstPort: 22, TCPFlags: 0x02},
+			FrameSpec{Src: src, VLANs: []uint16{EtherType8021AD, EtherType8021Q, EtherType8021Q}, Proto: ProtoNumUDP, DstPort: 9},
+			FrameSpec{Src: src, EtherType: EtherTypeARP, Proto: ProtoNumUDP, DstPort: 9},
+		)
+	}
+	for _, typ := range []uint8{128, 129, 132, 133, 134, 135, 136, 137, 138} {
+		specs = append(specs, FrameSpec{Src: testSrc6, Proto: ProtoNumICMPv6, ICMPType: typ, PayloadLen: 16})
+	}
+	for w := 0; w <= 10; w++ {
+		specs = append(specs, FrameSpec{Src: testSrc4, IPv4OptionWords: w, Proto: ProtoNumUDP, DstPort: 53, PayloadLen: w})
+	}
+	for _, proto := range []uint8{ProtoNumUDP, ProtoNumTCP, ProtoNumICMP, 99} {
+		specs = append(specs,
+			FrameSpec{Src: testSrc4, Proto: proto, DstPort: 53, MoreFragments: true, PayloadLen: 64},
+			FrameSpec{Src: testSrc4, Proto: proto, DstPort: 53, FragOffset: 185, MoreFragments: true, PayloadLen: 64},
+			FrameSpec{Src: testSrc4, Proto: proto, DstPort: 53, FragOffset: 0x1fff, PayloadLen: 3},
+			FrameSpec{Src: testSrc6, IPv6Ext: []uint8{ExtFragment}, Proto: proto, DstPort: 53, MoreFragments: true, PayloadLen: 64},
+			FrameSpec{Src: testSrc6, IPv6Ext: []uint8{ExtFragment}, Proto: proto, DstPort: 53, FragOffset: 185, PayloadLen: 64},
+		)
+	}
+	for _, ext := range [][]uint8{
+		{ExtHopByHop}, {ExtRouting}, {ExtDstOpts}, {ExtAH}, {ExtFragment},
+		{ExtHopByHop, ExtRouting, ExtDstOpts, ExtAH, ExtFragment, ExtDstOpts},
+		{ExtHopByHop, ExtRouting, ExtDstOpts, ExtAH, ExtFragment, ExtDstOpts, ExtDstOpts},
+		{ExtDstOpts, ExtDstOpts, ExtDstOpts, ExtDstOpts, ExtDstOpts, ExtFragment, ExtDstOpts},
+	} {
+		specs = append(specs,
+			FrameSpec{Src: testSrc6, IPv6Ext: ext, Proto: ProtoNumUDP, DstPort: 53},
+			FrameSpec{Src: testSrc6, IPv6Ext: ext, Proto: ProtoNumTCP, DstPort: 80, TCPFlags: 0x02, FragOffset: 7},
+		)
+	}
+	specs = append(specs,
+		FrameSpec{EtherType: EtherTypeARP, PayloadLen: 28},
+		FrameSpec{VLANs: []uint16{EtherType8021Q}, EtherType: 0x88cc, PayloadLen: 40},
+		FrameSpec{Src: testSrc4, Dst: netip.MustParseAddr("10.1.2.3"), Proto: ProtoNumUDP, DstPort: 65535, PayloadLen: 1472},
+		FrameSpec{Src: testSrc6, Dst: netip.MustParseAddr("fe80::1"), Proto: ProtoNumUDP, DstPort: 0},
+	)
+	return specs
+}
+
+func TestBuildFrameParse(t *testing.T) {
+	for i, s := range frameSpecs() {
+		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
+			f := BuildFrame(s)
+			checkFrame(t, s, f)
+			got, res := Parse(f)
+			want, wantRes := wantParse(s, len(f))
+			if res != wantRes || got != want {
+				t.Fatalf("spec %+v:\nParse = %+v, %v\nwant    %+v, %v", s, got, res, want, wantRes)
+			}
+		})
+	}
+}
+
+// TestBuildFrameParseRandom builds random frames and checks the same.
+func TestBuildFrameParseRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	// Not 0: as a next header that is hop-by-hop, which needs a body.
+	protos := []uint8{ProtoNumTCP, ProtoNumUDP, ProtoNumICMP, ProtoNumICMPv6, 47, 132}
+	exts := []uint8{ExtHopByHop, ExtRouting, ExtDstOpts, ExtFragment, ExtAH}
+	for i := range 5000 {
+		var s FrameSpec
+		for range rng.IntN(4) {
+			s.VLANs = append(s.VLANs, []uint16{EtherType8021Q, EtherType8021AD}[rng.IntN(2)])
+		}
+		if rng.IntN(2) == 0 {
+			s.Src = netip.AddrFrom4([4]byte{10, byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))})
+			s.IPv4OptionWords = rng.IntN(11)
+		} else {
+			var a [16]byte
+			for j := range a {
+				a[j] = byte(rng.IntN(256))
+			}
+			s.Src = netip.AddrFrom16(a)
+			for range rng.IntN(8) {
+				s.IPv6Ext = append(s.IPv6Ext, exts[rng.IntN(len(exts))])
+			}
+		}
+		if rng.IntN(10) == 0 {
+			s.EtherType = []uint16{EtherTypeARP, EtherTypeIPv4, EtherTypeIPv6}[rng.IntN(3)]
+		}
+		if rng.IntN(4) == 0 {
+			s.FragOffset = uint16(rng.IntN(0x2000))
+		}
+		s.MoreFragments = rng.IntN(2) == 0
+		s.Proto = protos[rng.IntN(len(protos))]
+		s.SrcPort, s.DstPort = uint16(rng.Uint32()), uint16(rng.Uint32())
+		s.TCPFlags = uint8(rng.Uint32())
+		s.ICMPType = uint8(128 + rng.IntN(16))
+		s.PayloadLen = rng.IntN(64)
+		f := BuildFrame(s)
+		// A mismatched ethertype makes the IP header unparseable as
+		// another family: only check the matched ones.
+		if s.EtherType == EtherTypeIPv4 && !s.Src.Is4() || s.EtherType == EtherTypeIPv6 && !s.Src.Is6() {
+			continue
+		}
+		checkFrame(t, s, f)
+		got, res := Parse(f)
+		want, wantRes := wantParse(s, len(f))
+		if res != wantRes || got != want {
+			t.Fatalf("case %d, spec %+v:\nParse = %+v, %v\nwant    %+v, %v", i, s, got, res, want, wantRes)
+		}
+	}
+}
