@@ -10,6 +10,7 @@ require (
 )
 
 require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -19,8 +20,15 @@ require (
 	github.com/prometheus/procfs v0.23.0 // indirect
 	github.com/spf13/pflag v1.1.0 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect
+	golang.org/x/exp/typeparams v0.0.0-20260209203927-2842357ff358 // indirect
+	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/tools v0.51.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+	honnef.co/go/tools v0.8.2 // indirect
 )
 
-tool github.com/cilium/ebpf/cmd/bpf2go
+tool (
+	github.com/cilium/ebpf/cmd/bpf2go
+	honnef.co/go/tools/cmd/staticcheck
+)

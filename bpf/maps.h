@@ -36,7 +36,7 @@ struct {
  * static (fallback) bucket. Array: slots are dense and fixed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, XL_GENERATIONS * XL_MAX_RULES);
+	__uint(max_entries, XL_GENERATIONS *XL_MAX_RULES);
 	__type(key, __u32);
 	__type(value, struct xl_rule);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -47,7 +47,7 @@ struct {
  * one bounds-checked load where a hash would cost a hash; 2 MiB in all. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, XL_GENERATIONS * XL_PORT_PROTOS * XL_PORTS);
+	__uint(max_entries, XL_GENERATIONS *XL_PORT_PROTOS *XL_PORTS);
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

@@ -12,20 +12,20 @@
 
 #include "types.h"
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-#define ETH_P_8021Q 0x8100
+#define ETH_P_IP     0x0800
+#define ETH_P_IPV6   0x86DD
+#define ETH_P_8021Q  0x8100
 #define ETH_P_8021AD 0x88A8
 
-#define IPPROTO_HOPOPTS 0
-#define IPPROTO_ICMP 1
-#define IPPROTO_TCP 6
-#define IPPROTO_UDP 17
-#define IPPROTO_ROUTING 43
+#define IPPROTO_HOPOPTS	 0
+#define IPPROTO_ICMP	 1
+#define IPPROTO_TCP	 6
+#define IPPROTO_UDP	 17
+#define IPPROTO_ROUTING	 43
 #define IPPROTO_FRAGMENT 44
-#define IPPROTO_AH 51
-#define IPPROTO_ICMPV6 58
-#define IPPROTO_DSTOPTS 60
+#define IPPROTO_AH	 51
+#define IPPROTO_ICMPV6	 58
+#define IPPROTO_DSTOPTS	 60
 
 #define XL_VLAN_MAX 2
 
@@ -106,13 +106,13 @@ struct xl_icmphdr {
 /* What the rest of the program needs to know about a packet. */
 struct xl_pkt {
 	__u8 saddr[16]; /* IPv4 in the first 4 bytes */
-	__u16 dport;    /* host order; 0 when has_port is 0 */
-	__u8 family;    /* 4 or 6 */
-	__u8 proto;     /* enum xl_proto */
-	__u8 has_port;  /* TCP or UDP header present */
-	__u8 syn;       /* TCP SYN without ACK */
-	__u8 fragment;  /* non-first fragment: no L4 header */
-	__u8 exempt;    /* never rule-limited (ICMPv6 neighbour discovery) */
+	__u16 dport;	/* host order; 0 when has_port is 0 */
+	__u8 family;	/* 4 or 6 */
+	__u8 proto;	/* enum xl_proto */
+	__u8 has_port;	/* TCP or UDP header present */
+	__u8 syn;	/* TCP SYN without ACK */
+	__u8 fragment;	/* non-first fragment: no L4 header */
+	__u8 exempt;	/* never rule-limited (ICMPv6 neighbour discovery) */
 };
 
 struct xl_cursor {

@@ -11,13 +11,13 @@
 /* Rules live in 64 slots: a packet's matching rules are one 64-bit mask. */
 #define XL_MAX_RULES 64
 /* Counter slot for the final, packet-level verdict (not tied to one rule). */
-#define XL_GLOBAL_SLOT XL_MAX_RULES
+#define XL_GLOBAL_SLOT	 XL_MAX_RULES
 #define XL_COUNTER_SLOTS (XL_MAX_RULES + 1)
 /* Config maps are double-buffered: generation 0 and 1, one of them active. */
 #define XL_GENERATIONS 2
 /* Ports of TCP and UDP have a rule mask each, in one array per generation. */
 #define XL_PORT_PROTOS 2
-#define XL_PORTS 65536
+#define XL_PORTS       65536
 /* Bucket time unit: 2^-6 ns. 2^64 units last 9.1 years of uptime, and the
  * bucket compares times by wrapping difference, so even that is no limit. */
 #define XL_TIME_SHIFT 6
@@ -47,16 +47,16 @@ enum xl_verdict {
 /* Why a packet got its verdict. Rule slots count the rule's own decision;
  * the global slot counts the packet's final verdict. */
 enum xl_reason {
-	XL_REASON_NO_RULE = 0,       /* pass: no rule matched */
-	XL_REASON_ALLOW = 1,         /* pass: source allowlisted */
-	XL_REASON_ADMIT = 2,         /* pass: every matching rule admitted it */
-	XL_REASON_NOT_IP = 3,        /* pass: not IPv4/IPv6, or > 2 VLAN tags */
-	XL_REASON_DENY = 4,          /* drop: source denylisted */
-	XL_REASON_RULE = 5,          /* drop: the rule's bucket is empty */
-	XL_REASON_SOURCE = 6,        /* drop: the per-source bucket is empty */
+	XL_REASON_NO_RULE = 0,	     /* pass: no rule matched */
+	XL_REASON_ALLOW = 1,	     /* pass: source allowlisted */
+	XL_REASON_ADMIT = 2,	     /* pass: every matching rule admitted it */
+	XL_REASON_NOT_IP = 3,	     /* pass: not IPv4/IPv6, or > 2 VLAN tags */
+	XL_REASON_DENY = 4,	     /* drop: source denylisted */
+	XL_REASON_RULE = 5,	     /* drop: the rule's bucket is empty */
+	XL_REASON_SOURCE = 6,	     /* drop: the per-source bucket is empty */
 	XL_REASON_CONCURRENCY = 7,   /* drop: concurrency gate */
-	XL_REASON_BREAKER = 8,       /* drop: circuit breaker open */
-	XL_REASON_FRAGMENT = 9,      /* drop: fragment on a `fragments: drop` rule */
+	XL_REASON_BREAKER = 8,	     /* drop: circuit breaker open */
+	XL_REASON_FRAGMENT = 9,	     /* drop: fragment on a `fragments: drop` rule */
 	XL_REASON_MALFORMED_L2 = 10, /* truncated Ethernet or VLAN header */
 	XL_REASON_MALFORMED_L3 = 11, /* truncated or invalid IPv4/IPv6 header */
 	XL_REASON_MALFORMED_L4 = 12, /* truncated or invalid TCP/UDP/ICMP header */
@@ -68,7 +68,7 @@ enum xl_reason {
 enum xl_rule_flag {
 	XL_RULE_ACTIVE = 1 << 0,
 	XL_RULE_SHADOW = 1 << 1,
-	XL_RULE_BYTES = 1 << 2,     /* cost is the frame length, not 1 */
+	XL_RULE_BYTES = 1 << 2,	    /* cost is the frame length, not 1 */
 	XL_RULE_FRAG_DROP = 1 << 3, /* drop non-first fragments outright */
 };
 
@@ -118,11 +118,11 @@ struct xl_limit {
 
 /* Packet-independent settings of one generation (config). */
 struct xl_globals {
-	__u64 portless[XL_PROTO_MAX];   /* rules matching every packet of a class */
+	__u64 portless[XL_PROTO_MAX];	/* rules matching every packet of a class */
 	__u64 frag_match[XL_PROTO_MAX]; /* port rules that take non-first fragments */
-	__u64 syn_only;                 /* rules matching only TCP SYN without ACK */
-	__u64 src_filtered;             /* rules with a `sources` filter */
-	__u32 flags;                    /* enum xl_global_flag */
+	__u64 syn_only;			/* rules matching only TCP SYN without ACK */
+	__u64 src_filtered;		/* rules with a `sources` filter */
+	__u32 flags;			/* enum xl_global_flag */
 	__u32 _pad;
 };
 

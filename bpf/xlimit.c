@@ -95,8 +95,8 @@ SEC("xdp")
 int xlimit_xdp(struct xdp_md *ctx)
 {
 	struct xl_cursor cur = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
+	    .pos = (void *)(long)ctx->data,
+	    .end = (void *)(long)ctx->data_end,
 	};
 	__u64 len = cur.end - cur.pos;
 	struct xl_pkt pkt = {};
