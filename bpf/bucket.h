@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* GCRA token bucket (virtual scheduling), one 64-bit word of state.
  *
- * Time is in 2^-6 ns units and wraps: every comparison is a signed
- * difference, so the state never overflows however long the host runs.
- * A theoretical arrival time (TAT) more than XL_STALE_AHEAD ahead of now
- * cannot be legitimate (it is at most tol ahead, and tol is bounded by the
- * daemon's validation to one day); it means the bucket sat idle for more
- * than half the wrap period, and it is treated as full.
+ * Time is in 2^-6 ns units and wraps every 9.1 years: every comparison is a
+ * signed difference, so the state never overflows however long the host
+ * runs. A theoretical arrival time (TAT) more than XL_STALE_AHEAD (1.6 days)
+ * ahead of now cannot be legitimate: it is at most tol ahead, and the
+ * daemon bounds tol to one day of burst. Such a TAT is left over from a
+ * bucket idle for longer than the wrap period and is treated as full.
  *
  * Races: the TAT is advanced with compare-and-swap, so concurrent CPUs never
  * admit more than the bucket allows. When the CAS keeps failing under heavy
@@ -23,7 +23,7 @@
 
 #include "types.h"
 
-#define XL_STALE_AHEAD (1ULL << 62)
+#define XL_STALE_AHEAD (1ULL << 53)
 #define XL_CAS_RETRIES 8
 
 /* The time units a packet of cost `cost` takes from the bucket. */

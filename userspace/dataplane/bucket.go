@@ -24,8 +24,8 @@ type Bucket struct {
 const (
 	// MaxCost is the largest cost the kernel charges (a frame's length).
 	MaxCost = 1<<16 - 1
-	// MaxBurstTime bounds burst/rate so Tol stays far below the bucket's
-	// staleness horizon (2^62 units, 2.3 years).
+	// MaxBurstTime bounds burst/rate so Tol stays below the bucket's
+	// staleness horizon (StaleAhead, 1.6 days).
 	MaxBurstTime = 24 * time.Hour
 )
 
@@ -83,7 +83,7 @@ func (b Bucket) Burst() float64 {
 
 // StaleAhead is how far ahead of now a TAT can be before the bucket treats
 // it as left over from a wrapped clock (bucket.h XL_STALE_AHEAD).
-const StaleAhead = 1 << 62
+const StaleAhead = 1 << 53
 
 // GCRA is the Go model of bucket.h's xl_gcra: it admits a packet of the
 // given cost at time nowNS against *tat (2^-6 ns units, wrapping) and
