@@ -5,8 +5,6 @@
 package metrics
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -33,9 +31,7 @@ type Collector struct {
 
 	packets, bytes, drops, rate, ifacePackets *prometheus.Desc
 	errors                                    prometheus.Counter
-
-	mu      sync.Mutex
-	reloads *prometheus.CounterVec
+	reloads                                   *prometheus.CounterVec
 }
 
 // NewCollector returns a collector. nowNS reads the clock that the kernel's
