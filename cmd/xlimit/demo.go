@@ -149,7 +149,7 @@ func runDemo(ctx context.Context, w io.Writer, dur time.Duration, rate int, offe
 		return err
 	}
 	prevRx := udp.Count()
-	fmt.Fprintf(w, "%5s  %12s  %12s  %12s  %14s\n", "time", "xdp pass/s", "xdp drop/s", "udp rx/s", "web conns ok")
+	fmt.Fprintf(w, "%5s  %12s  %12s  %12s  %14s\n", "time", "xdp pass/s", "xdp drop/s", "udp rx/s", "web accepted")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var res lab.FloodResult
