@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = mainWithArgs(context.Background(), &env{stdout: &o, stderr: &e}, args)
+	return code, o.String(), e.String()
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheck(t *testing.T) {
+	good := writeFile(t, "good.yaml", "rules:\n  - name: dns\n    protocol: udp\n    ports: [53]\n    rate: 100\n")
+	code, out, errOut := runCLI(t, "check", good)
+	if code != 0 || !strings.Contains(out, "ok (1 rules)") {
+		t.Errorf("check good: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	bad := writeFile(t, "bad.yaml", "rules:\n  - name: dns\n    protocol: udp\n    ports: [0]\n    rate: 100\n    syn_only: true\n")
+	code, _, errOut = runCLI(t, "check", bad)
+	if code != 1 {
+		t.Errorf("check bad: code %d, want 1", code)
+	}
+	for _, want := range []string{bad + ":4: rules[0].ports[0]:", bad + ":6: rules[0].syn_only:"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("check bad: stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+
+	code, _, errOut = runCLI(t, "check", filepath.Join(t.TempDir(), "missing.yaml"))
+	if code != 1 || !strings.Contains(errOut, "missing.yaml") {
+		t.Errorf("check missing: code %d, stderr %q", code, errOut)
+	}
+
+	unenforced := writeFile(t, "warm.yaml", "rules:\n  - name: w\n    protocol: tcp\n    rate: 10\n    behavior: warm_up\n    warm_up: {period: 10s}\n")
+	code, _, errOut = runCLI(t, "check", unenforced)
+	if code != 0 || !strings.Contains(errOut, "not enforced by this version") {
+		t.Errorf("check warm_up: code %d, stderr %q: want a not-enforced warning", code, errOut)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"nonsense"},
+		{"check"},
+		{"check", "a", "b"},
+		{"run"},
+		{"run", "--config", "x", "--xdp-mode", "offload"},
+		{"status", "--bogus"},
+		{"detach"},
+	} {
+		if code, _, errOut := runCLI(t, args...); code != 2 {
+			t.Errorf("xlimit %v: code %d, want 2 (stderr %q)", args, code, errOut)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, c := range commands() {
+		code, out, _ := runCLI(t, c.name, "--help")
+		if code != 0 || !strings.Contains(out, "Usage: xlimit "+c.name) {
+			t.Errorf("xlimit %s --help: code %d, stdout %q", c.name, code, out)
+		}
+	}
+	code, out, _ := runCLI(t, "--help")
+	if code != 0 || !strings.Contains(out, "demo") {
+		t.Errorf("xlimit --help: code %d, stdout %q", code, out)
+	}
+	if code, out, _ := runCLI(t, "version"); code != 0 || !strings.HasPrefix(out, "xlimit ") {
+		t.Errorf("xlimit version: code %d, stdout %q", code, out)
+	}
+}
