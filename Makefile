@@ -22,6 +22,15 @@ BIN := bin/xlimit
 help: ## Show this help.
 	@awk 'BEGIN{FS=":.*## "} /^[a-zA-Z_-]+:.*## /{printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# Debian 12 packages the build and the tests need (what .ci/run installs).
+DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
+	netsniff-ng nftables iptables bpftool make git ca-certificates
+
+.PHONY: deps
+deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
+
 .PHONY: generate
 generate: ## Compile bpf/ into maps/ with the pinned clang (bpf2go).
 	$(GO) generate ./
@@ -69,7 +78,7 @@ bench: ## Benchmarks (root): per-packet cost against a bare XDP program.
 
 .PHONY: vm-test
 vm-test: ## Run the whole suite inside a Vagrant VM (needs vagrant + libvirt or VirtualBox).
-	cd vagrant && vagrant up --provision && vagrant ssh -c 'cd /xlimit && sudo make test'
+	cd vagrant && vagrant up --provision && vagrant ssh -c 'cd /xlimit && sudo env PATH=/usr/local/go/bin:$$PATH make test'
 
 .PHONY: clean
 clean: ## Remove build output.
