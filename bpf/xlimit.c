@@ -73,9 +73,9 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 		reason = XL_REASON_FRAGMENT;
 	} else if (st) {
 		if (st->epoch != r->epoch) {
-			/* The slot belonged to another rule: start full. Two
-			 * CPUs may both reset; the bucket starts full once. */
-			st->tat = 0;
+			/* The slot belonged to another rule: start full (a TAT
+			 * of now). Two CPUs may both reset; it starts full once. */
+			st->tat = now << XL_TIME_SHIFT;
 			st->epoch = r->epoch;
 		}
 		__u64 cost = (r->flags & XL_RULE_BYTES) ? len : 1;

@@ -167,7 +167,7 @@ func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict
 	}
 	st := &m.buckets[slot]
 	if st.epoch != r.Epoch {
-		st.tat, st.epoch = 0, r.Epoch
+		st.tat, st.epoch = nowNS<<TimeShift, r.Epoch
 	}
 	b := r.Fallback
 	if lim := &m.Limits[slot]; lim.Epoch == r.Epoch && nowNS < lim.DeadlineNS {
