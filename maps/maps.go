@@ -211,42 +211,51 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 
 func (t *Tables) writePrefixes(gen uint32, p *dataplane.Plan) error {
 	// Remove what an earlier plan left in this generation.
-	var k4 xdpXlLpm4Key
-	var stale4 []xdpXlLpm4Key
-	for it := t.prefix4.Iterate(); it.Next(&k4, new(xdpXlPrefix)); {
-		if k4.Gen == gen {
-			stale4 = append(stale4, k4)
-		}
+	if err := deleteGeneration(t.prefix4, gen, func(k *xdpXlLpm4Key) uint32 { return k.Gen }); err != nil {
+		return err
 	}
-	for _, k := range stale4 {
-		if err := t.prefix4.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete prefix: %w", err)
-		}
-	}
-	var k6 xdpXlLpm6Key
-	var stale6 []xdpXlLpm6Key
-	for it := t.prefix6.Iterate(); it.Next(&k6, new(xdpXlPrefix)); {
-		if k6.Gen == gen {
-			stale6 = append(stale6, k6)
-		}
-	}
-	for _, k := range stale6 {
-		if err := t.prefix6.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete prefix: %w", err)
-		}
+	if err := deleteGeneration(t.prefix6, gen, func(k *xdpXlLpm6Key) uint32 { return k.Gen }); err != nil {
+		return err
 	}
 	for _, e := range p.Prefix4 {
 		k := xdpXlLpm4Key{Prefixlen: 32 + uint32(e.Prefix.Bits()), Gen: gen, Addr: e.Prefix.Addr().As4()}
-		v := xdpXlPrefix{Rules: e.Rules, Flags: e.Flags}
-		if err := t.prefix4.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("write prefix %s: %w", e.Prefix, err)
+		if err := writePrefix(t.prefix4, &k, e); err != nil {
+			return err
 		}
 	}
 	for _, e := range p.Prefix6 {
 		k := xdpXlLpm6Key{Prefixlen: 32 + uint32(e.Prefix.Bits()), Gen: gen, Addr: e.Prefix.Addr().As16()}
-		v := xdpXlPrefix{Rules: e.Rules, Flags: e.Flags}
-		if err := t.prefix6.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("write prefix %s: %w", e.Prefix, err)
+		if err := writePrefix(t.prefix6, &k, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writePrefix(m *ebpf.Map, key any, e dataplane.PrefixEntry) error {
+	v := xdpXlPrefix{Rules: e.Rules, Flags: e.Flags}
+	if err := m.Update(key, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write prefix %s: %w", e.Prefix, err)
+	}
+	return nil
+}
+
+// deleteGeneration removes the trie entries of one generation.
+func deleteGeneration[K any](m *ebpf.Map, gen uint32, genOf func(*K) uint32) error {
+	var k K
+	var stale []K
+	it := m.Iterate()
+	for it.Next(&k, new(xdpXlPrefix)) {
+		if genOf(&k) == gen {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list prefixes: %w", err)
+	}
+	for i := range stale {
+		if err := m.Delete(&stale[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete prefix: %w", err)
 		}
 	}
 	return nil
@@ -286,18 +295,26 @@ func (t *Tables) ReadPlan() (*dataplane.Plan, error) {
 
 	var k4 xdpXlLpm4Key
 	var v xdpXlPrefix
-	for it := t.prefix4.Iterate(); it.Next(&k4, &v); {
+	it := t.prefix4.Iterate()
+	for it.Next(&k4, &v) {
 		if k4.Gen == gen {
 			pfx := netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen)-32)
 			p.Prefix4 = append(p.Prefix4, dataplane.PrefixEntry{Prefix: pfx, Rules: v.Rules, Flags: v.Flags})
 		}
 	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read prefixes: %w", err)
+	}
 	var k6 xdpXlLpm6Key
-	for it := t.prefix6.Iterate(); it.Next(&k6, &v); {
+	it = t.prefix6.Iterate()
+	for it.Next(&k6, &v) {
 		if k6.Gen == gen {
 			pfx := netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen)-32)
 			p.Prefix6 = append(p.Prefix6, dataplane.PrefixEntry{Prefix: pfx, Rules: v.Rules, Flags: v.Flags})
 		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read prefixes: %w", err)
 	}
 	return p, nil
 }
