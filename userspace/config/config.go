@@ -37,9 +37,9 @@ const (
 	// Rates, per second. Outside these bounds the kernel's fixed-point
 	// arithmetic could lose precision or overflow.
 	MinPacketRate = 0.001
-	MaxPacketRate = 1e9
+	MaxPacketRate = 1e8
 	MinByteRate   = 16
-	MaxByteRate   = 2e11
+	MaxByteRate   = 1.25e10
 
 	// MaxBurstSeconds bounds EffectiveBurst/Rate: no bucket may hold more
 	// than a day of traffic.

@@ -10,10 +10,12 @@ import (
 // xl_bucket). A packet of cost c advances the theoretical arrival time by
 // Inc(c) = (c*Mult + 2^15) >> 16 time units of 2^-6 ns, and conforms while
 // it stays within Tol units of now. Mult is the emission interval 1/rate in
-// 2^-22 ns, so a rate keeps 22 fractional bits of nanoseconds: relative
-// error below 1e-9 for packet rates up to 1e9/s, and below 0.1 % for byte
-// rates up to 100 Gbit/s with packets of 64 bytes or more (one 2^-6 ns
-// rounding per packet).
+// 2^-22 ns. Inc is a whole number of units, so each packet can be off by
+// half a unit: the admitted rate is within 0.5/Inc of the configured one.
+// That is below 0.1 % for packet rates up to 1.28e8/s (Inc ≥ 500) and for
+// byte rates up to 100 Gbit/s with frames of 100 bytes or more (0.15 % at
+// most for 64-byte frames); the config's limits (1e8 packets/s, 1.25e10
+// bytes/s) keep rules in that range.
 type Bucket struct {
 	Mult uint64
 	Tol  uint64

@@ -1,0 +1,228 @@
+//go:build linux
+
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// XDP return codes of BPF_PROG_TEST_RUN.
+const (
+	xdpDrop = 1
+	xdpPass = 2
+)
+
+// harness runs the kernel program (with the fake clock) and the Go model
+// side by side on the same plan, frames and times.
+type harness struct {
+	obj   *Objects
+	tab   *Tables
+	plan  *dataplane.Plan
+	model *dataplane.Model
+	clock uint64
+	set   bool // clock written at least once
+}
+
+// newHarness loads the program with the fake clock; it skips the test when
+// not root. The objects are closed when the test ends.
+func newHarness(tb testing.TB) *harness {
+	tb.Helper()
+	requireRoot(tb)
+	o, err := Load(Options{FakeClock: true})
+	if err != nil {
+		tb.Fatalf("load: %v", err)
+	}
+	tb.Cleanup(func() { o.Close() })
+	return &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+}
+
+// compile compiles spec against prev, failing the test on error.
+func compile(tb testing.TB, spec *dataplane.Spec, prev *dataplane.Plan) *dataplane.Plan {
+	tb.Helper()
+	p, err := dataplane.Compile(spec, prev)
+	if err != nil {
+		tb.Fatalf("compile: %v", err)
+	}
+	return p
+}
+
+// apply makes p the active plan of both the kernel and the model. The model
+// keeps its bucket state and counters, as the kernel's maps do.
+func (h *harness) apply(tb testing.TB, p *dataplane.Plan) {
+	tb.Helper()
+	if err := h.tab.Apply(p); err != nil {
+		tb.Fatalf("apply: %v", err)
+	}
+	h.plan = p
+	h.model.Plan = p
+}
+
+// slot returns the slot of a rule of the active plan, failing when absent.
+func (h *harness) slot(tb testing.TB, name string) int {
+	tb.Helper()
+	s := h.plan.Slot(name)
+	if s < 0 {
+		tb.Fatalf("no rule %q in the plan", name)
+	}
+	return s
+}
+
+func (h *harness) setClock(tb testing.TB, now uint64) {
+	tb.Helper()
+	if h.set && h.clock == now {
+		return
+	}
+	if err := h.tab.SetClock(now); err != nil {
+		tb.Fatal(err)
+	}
+	h.clock, h.set = now, true
+}
+
+// setLimit writes the control loop's limit for a slot into both.
+func (h *harness) setLimit(tb testing.TB, slot int, l dataplane.Limit) {
+	tb.Helper()
+	if err := h.tab.SetLimit(slot, l); err != nil {
+		tb.Fatal(err)
+	}
+	h.model.Limits[slot] = l
+}
+
+// kernelRun runs frame n times at time now in the kernel only and returns
+// whether the last run passed. A run interrupted by a signal is restarted
+// by cilium/ebpf with the whole repeat count (the runs already done have
+// counted): tests that care compare the global counters with what they
+// offered.
+func (h *harness) kernelRun(tb testing.TB, frame []byte, now uint64, n uint32) bool {
+	tb.Helper()
+	h.setClock(tb, now)
+	ret, err := h.obj.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: n})
+	if err != nil {
+		tb.Fatalf("run %d bytes: %v", len(frame), err)
+	}
+	switch ret {
+	case xdpPass:
+		return true
+	case xdpDrop:
+		return false
+	}
+	tb.Fatalf("run: XDP return code %d", ret)
+	return false
+}
+
+// run runs one frame at time now in the kernel and in the model, and fails
+// the test when their verdicts differ.
+func (h *harness) run(tb testing.TB, frame []byte, now uint64) (pass bool, res dataplane.Result) {
+	tb.Helper()
+	pass = h.kernelRun(tb, frame, now, 1)
+	res = h.model.Eval(frame, now)
+	if pass != res.Pass() {
+		tb.Fatalf("at %d ns, frame %x: kernel pass=%v, model %v/%v", now, frame, pass, res.Verdict, res.Reason)
+	}
+	return pass, res
+}
+
+// counters reads every slot's counters from the kernel.
+func (h *harness) counters(tb testing.TB) [dataplane.CounterSlots]dataplane.Counters {
+	tb.Helper()
+	c, err := h.tab.AllCounters()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// batchCounters reads every slot's counters from the kernel in one
+// batch-lookup syscall (AllCounters takes one per slot), for tests that
+// compare all slots after every packet.
+func (h *harness) batchCounters(tb testing.TB) allCounters {
+	tb.Helper()
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keys := make([]uint32, dataplane.CounterSlots)
+	vals := make([]xdpXlCounters, dataplane.CounterSlots*ncpu)
+	var cursor ebpf.MapBatchCursor
+	n, err := h.tab.stats.BatchLookup(&cursor, keys, vals, nil)
+	if n != len(keys) || (err != nil && !errors.Is(err, ebpf.ErrKeyNotExist)) {
+		tb.Fatalf("batch lookup of the counters: %d of %d (%v)", n, len(keys), err)
+	}
+	var all allCounters
+	for i, k := range keys {
+		for _, v := range vals[i*ncpu : (i+1)*ncpu] {
+			c := dataplane.Counters{Packets: v.Packets, Bytes: v.Bytes, Reasons: v.Reasons}
+			all[k].Add(&c)
+		}
+	}
+	return all
+}
+
+// slotCounters reads one slot's counters from the kernel.
+func (h *harness) slotCounters(tb testing.TB, slot int) dataplane.Counters {
+	tb.Helper()
+	c, err := h.tab.Counters(slot)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+type allCounters = [dataplane.CounterSlots]dataplane.Counters
+
+// deltas returns after - before, slot by slot.
+func deltas(after, before allCounters) allCounters {
+	var d allCounters
+	for i := range d {
+		d[i] = after[i].Sub(before[i])
+	}
+	return d
+}
+
+// one is the counters of one packet of n bytes with a verdict and reason.
+func one(v dataplane.Verdict, r dataplane.Reason, n int) dataplane.Counters {
+	var c dataplane.Counters
+	c.Packets[v] = 1
+	c.Bytes[v] = uint64(n)
+	c.Reasons[r] = 1
+	return c
+}
+
+// diffCounters describes the slots where got and want differ, or "".
+func diffCounters(got, want allCounters, plan *dataplane.Plan) string {
+	var b strings.Builder
+	for i := range got {
+		if got[i] != want[i] {
+			name := "global"
+			if i < dataplane.MaxRules {
+				name = fmt.Sprintf("slot %d (%q)", i, plan.Rules[i].Name)
+			}
+			fmt.Fprintf(&b, "\n  %s:\n    got  %s\n    want %s", name, fmtCounters(got[i]), fmtCounters(want[i]))
+		}
+	}
+	return b.String()
+}
+
+func fmtCounters(c dataplane.Counters) string {
+	var parts []string
+	for v := range dataplane.VerdictMax {
+		if c.Packets[v] != 0 || c.Bytes[v] != 0 {
+			parts = append(parts, fmt.Sprintf("%v=%d/%dB", v, c.Packets[v], c.Bytes[v]))
+		}
+	}
+	for r := range dataplane.ReasonMax {
+		if c.Reasons[r] != 0 {
+			parts = append(parts, fmt.Sprintf("%v:%d", r, c.Reasons[r]))
+		}
+	}
+	if len(parts) == 0 {
+		return "zero"
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,480 @@
+//go:build linux
+
+package maps
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+const second = uint64(1e9)
+
+// TestFrames runs each crafted frame through the kernel program and the
+// model and checks the exact verdict and the exact counter deltas of every
+// slot. Each case runs 1000 s after the previous one, so every bucket is
+// full again when it starts.
+func TestFrames(t *testing.T) {
+	requireRoot(t)
+	specs := frameSpecsByName()
+	hs := map[string]*harness{}
+	for i, c := range frameCases() {
+		h := hs[c.spec]
+		if h == nil {
+			h = newHarness(t)
+			h.apply(t, compile(t, specs[c.spec], nil))
+			hs[c.spec] = h
+		}
+		now := uint64(i+1) * 1000 * second
+		t.Run(c.name, func(t *testing.T) {
+			for _, f := range c.pre {
+				h.run(t, f, now)
+			}
+			before, modelBefore := h.counters(t), h.model.Counters
+			pass, res := h.run(t, c.frame, now)
+			got := deltas(h.counters(t), before)
+			gotModel := deltas(h.model.Counters, modelBefore)
+
+			var want allCounters
+			v := dataplane.VerdictDrop
+			if c.pass {
+				v = dataplane.VerdictPass
+			}
+			want[dataplane.GlobalSlot] = one(v, c.reason, len(c.frame))
+			for _, r := range c.rules {
+				want[h.slot(t, r.name)] = one(r.verdict, r.reason, len(c.frame))
+			}
+			if pass != c.pass {
+				t.Errorf("kernel pass=%v, want %v", pass, c.pass)
+			}
+			if res.Pass() != c.pass || res.Reason != c.reason {
+				t.Errorf("model %v/%v, want pass=%v/%v", res.Verdict, res.Reason, c.pass, c.reason)
+			}
+			if d := diffCounters(got, want, h.plan); d != "" {
+				t.Errorf("kernel counter deltas:%s", d)
+			}
+			if d := diffCounters(gotModel, want, h.plan); d != "" {
+				t.Errorf("model counter deltas:%s", d)
+			}
+			if t.Failed() {
+				t.Logf("frame (%d bytes): %x", len(c.frame), c.frame)
+			}
+		})
+	}
+}
+
+// TestShortFramesModel covers frames shorter than an Ethernet header in the
+// Go model only: BPF_PROG_TEST_RUN rejects XDP input under 14 bytes with
+// EINVAL, so the kernel side cannot be run. On a NIC the driver never hands
+// XDP such a frame either.
+func TestShortFramesModel(t *testing.T) {
+	specs := frameSpecsByName()
+	full := build(udpTo(srcA4, 53))
+	for _, name := range []string{"base", "malformed-pass"} {
+		plan, err := dataplane.Compile(specs[name], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &dataplane.Model{Plan: plan}
+		for n := range 14 {
+			res := m.Eval(full[:n], second)
+			wantPass := name == "malformed-pass"
+			if res.Reason != dataplane.ReasonMalformedL2 || res.Pass() != wantPass {
+				t.Errorf("%s: %d-byte frame: %v/%v, want pass=%v/malformed_l2", name, n, res.Verdict, res.Reason, wantPass)
+			}
+		}
+		c := m.Counters[dataplane.GlobalSlot]
+		if c.Reasons[dataplane.ReasonMalformedL2] != 14 {
+			t.Errorf("%s: malformed_l2 counted %d times, want 14", name, c.Reasons[dataplane.ReasonMalformedL2])
+		}
+	}
+}
+
+// offer runs frame n times at now, one run at a time so kernel and model
+// are compared packet by packet, and returns how many the kernel admitted.
+// It also checks that the rule slot's pass counter grew by that much.
+func offer(t *testing.T, h *harness, slot int, frame []byte, now uint64, n int) int {
+	t.Helper()
+	before := h.slotCounters(t, slot)
+	admitted := 0
+	for range n {
+		if pass, _ := h.run(t, frame, now); pass {
+			admitted++
+		}
+	}
+	d := h.slotCounters(t, slot).Sub(before)
+	if d.Packets[dataplane.VerdictPass] != uint64(admitted) {
+		t.Errorf("at %d ns: %d passed but slot %d counted %d", now, admitted, slot, d.Packets[dataplane.VerdictPass])
+	}
+	return admitted
+}
+
+// TestFailStatic checks that the control loop's limit applies only while it
+// is fresh and meant for the rule in the slot, and the static fallback
+// otherwise.
+func TestFailStatic(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "api", Protocol: "udp", Ports: ports(8080, 8080), Rate: 1, Burst: 3},
+	}}, nil))
+	slot := h.slot(t, "api")
+	epoch := h.plan.Rules[slot].Epoch
+	fast, err := dataplane.NewBucket(1000, 50, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := build(udpTo(srcA4, 8080))
+	const deadline = 1000 * second
+
+	steps := []struct {
+		name  string
+		limit *dataplane.Limit // written before the step, when set
+		at    uint64
+		want  int
+	}{
+		{"no limit: fallback burst", nil, 10 * second, 3},
+		{"fresh limit", &dataplane.Limit{Bucket: fast, DeadlineNS: 200 * second, Epoch: epoch}, 100 * second, 50},
+		{"after the deadline: fallback", nil, 300 * second, 3},
+		{"limit for another epoch: ignored", &dataplane.Limit{Bucket: fast, DeadlineNS: deadline, Epoch: epoch ^ 2}, 400 * second, 3},
+		{"limit with epoch 0: ignored", &dataplane.Limit{Bucket: fast, DeadlineNS: deadline}, 500 * second, 3},
+		{"1 ns before the deadline", &dataplane.Limit{Bucket: fast, DeadlineNS: deadline, Epoch: epoch}, deadline - 1, 50},
+		// The limit's 50 packets left the TAT 50 ms ahead: the fallback
+		// (1/s, burst 3 s) takes two more at the deadline, not three.
+		{"at the deadline", nil, deadline, 2},
+		{"well after the deadline", nil, deadline + 10*second, 3},
+	}
+	for _, s := range steps {
+		if s.limit != nil {
+			h.setLimit(t, slot, *s.limit)
+			if got, err := h.tab.Limit(slot); err != nil || got != *s.limit {
+				t.Fatalf("%s: limit read back as %+v (%v), wrote %+v", s.name, got, err, *s.limit)
+			}
+		}
+		if got := offer(t, h, slot, frame, s.at, 100); got != s.want {
+			t.Errorf("%s: admitted %d of 100, want %d", s.name, got, s.want)
+		}
+	}
+}
+
+// TestReloadKeepsState applies a recompiled plan over a drained bucket.
+func TestReloadKeepsState(t *testing.T) {
+	h := newHarness(t)
+	p1 := compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "api", Protocol: "udp", Ports: ports(8080, 8080), Rate: 10, Burst: 5},
+		{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 100, Burst: 10},
+	}}, nil)
+	h.apply(t, p1)
+	gen1, err := h.tab.ActiveGeneration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := h.slot(t, "api")
+	apiFrame := build(udpTo(srcA4, 8080))
+	t0 := 1000 * second
+
+	// Drain api: 5 of 10 pass.
+	if got := offer(t, h, api, apiFrame, t0, 10); got != 5 {
+		t.Fatalf("drain: admitted %d of 10, want 5", got)
+	}
+	h.run(t, build(udpTo(srcA4, 53)), t0)
+	tat1, epoch1, err := h.tab.BucketTAT(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.counters(t)
+
+	// Reload: api's rate doubles, a rule is added in front, dns is the same.
+	p2 := compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "new", Protocol: "udp", Ports: ports(9090, 9090), Rate: 10, Burst: 3},
+		{Name: "api", Protocol: "udp", Ports: ports(8080, 8080), Rate: 20, Burst: 5},
+		{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 100, Burst: 10},
+	}}, p1)
+	if p2.Slot("api") != api || p2.Slot("dns") != p1.Slot("dns") {
+		t.Fatalf("rules moved: api %d→%d, dns %d→%d", api, p2.Slot("api"), p1.Slot("dns"), p2.Slot("dns"))
+	}
+	h.apply(t, p2)
+	if gen2, err := h.tab.ActiveGeneration(); err != nil || gen2 == gen1 {
+		t.Errorf("active generation %d after reload (%v), was %d", gen2, err, gen1)
+	}
+	if d := diffCounters(h.counters(t), before, p2); d != "" {
+		t.Errorf("counters changed by the reload:%s", d)
+	}
+	if tat, epoch, err := h.tab.BucketTAT(api); err != nil || tat != tat1 || epoch != epoch1 {
+		t.Errorf("api bucket after reload: tat %d epoch %#x (%v), was %d %#x", tat, epoch, err, tat1, epoch1)
+	}
+	// Still drained at the same instant: no new burst.
+	if got := offer(t, h, api, apiFrame, t0, 5); got != 0 {
+		t.Errorf("drained bucket admitted %d right after the reload, want 0", got)
+	}
+	// At 20/s with a burst of 5 (250 ms) the TAT, 500 ms ahead, admits
+	// again 300 ms later: one packet, then another every 50 ms.
+	if got := offer(t, h, api, apiFrame, t0+300*second/1000-1, 3); got != 0 {
+		t.Errorf("1 ns before 300 ms: admitted %d, want 0", got)
+	}
+	if got := offer(t, h, api, apiFrame, t0+300*second/1000, 3); got != 1 {
+		t.Errorf("at 300 ms: admitted %d, want 1", got)
+	}
+	// The counters carried on: 5+1 passed, 5+5+3+2 dropped.
+	c := h.slotCounters(t, api)
+	if c.Packets[dataplane.VerdictPass] != 6 || c.Packets[dataplane.VerdictDrop] != 15 {
+		t.Errorf("api counters %s, want 6 passed, 15 dropped", fmtCounters(c))
+	}
+	// The added rule starts full.
+	newSlot := h.slot(t, "new")
+	if got := offer(t, h, newSlot, build(udpTo(srcA4, 9090)), t0, 5); got != 3 {
+		t.Errorf("added rule admitted %d of 5, want its burst of 3", got)
+	}
+
+	// A reload where api's slot passes to another rule: it starts full.
+	spec3 := &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "new", Protocol: "udp", Ports: ports(9090, 9090), Rate: 10, Burst: 3},
+		{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 100, Burst: 10},
+	}}
+	// Fill every slot the previous plan left free, so the last rule must
+	// take api's slot.
+	for i := 0; len(spec3.Rules) < dataplane.MaxRules-1; i++ {
+		spec3.Rules = append(spec3.Rules, dataplane.RuleSpec{Name: "filler-" + itoa(i), Protocol: "udp",
+			Ports: ports(uint16(20000+i), uint16(20000+i)), Rate: 1, Burst: 1})
+	}
+	spec3.Rules = append(spec3.Rules, dataplane.RuleSpec{Name: "heir", Protocol: "udp", Ports: ports(8080, 8080), Rate: 10, Burst: 5})
+	p3 := compile(t, spec3, p2)
+	if p3.Slot("heir") != api {
+		t.Fatalf("heir took slot %d, want api's %d", p3.Slot("heir"), api)
+	}
+	h.apply(t, p3)
+	if got := offer(t, h, api, apiFrame, t0+300*second/1000, 10); got != 5 {
+		t.Errorf("heir of a drained slot admitted %d of 10, want its full burst of 5", got)
+	}
+	if _, epoch, err := h.tab.BucketTAT(api); err != nil || epoch != dataplane.Epoch("heir") {
+		t.Errorf("slot %d bucket epoch %#x (%v), want heir's %#x", api, epoch, err, dataplane.Epoch("heir"))
+	}
+}
+
+// TestNewBucketStartsFullAtAnyUptime adds a rule at various clock values
+// (bpf_ktime_get_ns is the time since boot) and checks that it starts with
+// its full burst. The bucket compares times by wrapping difference, and
+// docs/dataplane.md promises the state "stays correct for any uptime", its
+// one blind spot being a bucket idle for a multiple of 9.1 years. A new
+// rule has been idle for no time at all.
+func TestNewBucketStartsFullAtAnyUptime(t *testing.T) {
+	h := newHarness(t)
+	const day = 24 * 3600 * second
+	const year = 365 * day
+	for i, up := range []struct {
+		name string
+		ns   uint64
+	}{
+		{"1 s", second},
+		{"1 year", year},
+		{"7 years", 7 * year},
+		// 2^58 ns (9.13 years) is where the 2^-6 ns units wrap; the bucket
+		// treats a TAT more than StaleAhead (2^53 units, 1.6 days) ahead of
+		// now as stale.
+		{"2^58 ns - 2 days", 1<<58 - 2*day},
+		{"2^58 ns - 1 day", 1<<58 - day},
+		{"2^58 ns - 1 s", 1<<58 - second},
+		{"2^58 ns", 1 << 58},
+		{"2^59 ns - 1 s (18.3 years)", 1<<59 - second},
+		{"20 years", 20 * year},
+	} {
+		t.Run(up.name, func(t *testing.T) {
+			// A rule with a new name: a new epoch, so the slot's bucket
+			// state is reset by the program.
+			name := "rule-" + itoa(i)
+			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+				{Name: name, Protocol: "udp", Ports: ports(53, 53), Rate: 10, Burst: 5},
+			}}, nil))
+			slot := h.slot(t, name)
+			if got := offer(t, h, slot, build(udpTo(srcA4, 53)), up.ns, 6); got != 5 {
+				tat, _, _ := h.tab.BucketTAT(slot)
+				t.Errorf("new rule at uptime %d ns admitted %d of 6, want its burst of 5: the bucket's TAT "+
+					"is %d, %d units (2^-6 ns) ahead of now, which is within StaleAhead (%d), so it "+
+					"looks drained until the clock passes it", up.ns, got, tat,
+					int64(tat-up.ns<<dataplane.TimeShift), uint64(dataplane.StaleAhead))
+			}
+		})
+	}
+}
+
+// TestEnumsMatchBTF checks the dataplane constants against what bpf2go
+// generated from the BTF of the compiled program, and the BTF itself.
+func TestEnumsMatchBTF(t *testing.T) {
+	// What bpf2go generated, by enumerator name.
+	generated := map[string]uint64{
+		"XL_PROTO_TCP":           uint64(xdpXlProtoXL_PROTO_TCP),
+		"XL_PROTO_UDP":           uint64(xdpXlProtoXL_PROTO_UDP),
+		"XL_PROTO_ICMP":          uint64(xdpXlProtoXL_PROTO_ICMP),
+		"XL_PROTO_OTHER":         uint64(xdpXlProtoXL_PROTO_OTHER),
+		"XL_PROTO_MAX":           uint64(xdpXlProtoXL_PROTO_MAX),
+		"XL_VERDICT_PASS":        uint64(xdpXlVerdictXL_VERDICT_PASS),
+		"XL_VERDICT_DROP":        uint64(xdpXlVerdictXL_VERDICT_DROP),
+		"XL_VERDICT_WOULD_DROP":  uint64(xdpXlVerdictXL_VERDICT_WOULD_DROP),
+		"XL_VERDICT_MAX":         uint64(xdpXlVerdictXL_VERDICT_MAX),
+		"XL_REASON_NO_RULE":      uint64(xdpXlReasonXL_REASON_NO_RULE),
+		"XL_REASON_ALLOW":        uint64(xdpXlReasonXL_REASON_ALLOW),
+		"XL_REASON_ADMIT":        uint64(xdpXlReasonXL_REASON_ADMIT),
+		"XL_REASON_NOT_IP":       uint64(xdpXlReasonXL_REASON_NOT_IP),
+		"XL_REASON_DENY":         uint64(xdpXlReasonXL_REASON_DENY),
+		"XL_REASON_RULE":         uint64(xdpXlReasonXL_REASON_RULE),
+		"XL_REASON_SOURCE":       uint64(xdpXlReasonXL_REASON_SOURCE),
+		"XL_REASON_CONCURRENCY":  uint64(xdpXlReasonXL_REASON_CONCURRENCY),
+		"XL_REASON_BREAKER":      uint64(xdpXlReasonXL_REASON_BREAKER),
+		"XL_REASON_FRAGMENT":     uint64(xdpXlReasonXL_REASON_FRAGMENT),
+		"XL_REASON_MALFORMED_L2": uint64(xdpXlReasonXL_REASON_MALFORMED_L2),
+		"XL_REASON_MALFORMED_L3": uint64(xdpXlReasonXL_REASON_MALFORMED_L3),
+		"XL_REASON_MALFORMED_L4": uint64(xdpXlReasonXL_REASON_MALFORMED_L4),
+		"XL_REASON_EXT_LIMIT":    uint64(xdpXlReasonXL_REASON_EXT_LIMIT),
+		"XL_REASON_MAX":          uint64(xdpXlReasonXL_REASON_MAX),
+		"XL_RULE_ACTIVE":         uint64(xdpXlRuleFlagXL_RULE_ACTIVE),
+		"XL_RULE_SHADOW":         uint64(xdpXlRuleFlagXL_RULE_SHADOW),
+		"XL_RULE_BYTES":          uint64(xdpXlRuleFlagXL_RULE_BYTES),
+		"XL_RULE_FRAG_DROP":      uint64(xdpXlRuleFlagXL_RULE_FRAG_DROP),
+		"XL_G_MALFORMED_PASS":    uint64(xdpXlGlobalFlagXL_G_MALFORMED_PASS),
+		"XL_G_PREFIXES_V4":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V4),
+		"XL_G_PREFIXES_V6":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V6),
+		"XL_PREFIX_ALLOW":        uint64(xdpXlPrefixFlagXL_PREFIX_ALLOW),
+		"XL_PREFIX_DENY":         uint64(xdpXlPrefixFlagXL_PREFIX_DENY),
+	}
+	want := map[string]uint64{}
+	for _, p := range enumPairs() {
+		want[p.name] = p.value
+		if g, ok := generated[p.name]; !ok || g != p.value {
+			t.Errorf("%s: generated %d (present %v), dataplane %d", p.name, g, ok, p.value)
+		}
+	}
+	if len(generated) != len(want) {
+		t.Errorf("%d generated enumerators, %d in dataplane", len(generated), len(want))
+	}
+
+	// Sizes of the generated structs and their arrays.
+	var rule xdpXlRule
+	var glob xdpXlGlobals
+	var ctr xdpXlCounters
+	var k6 xdpXlLpm6Key
+	for _, s := range []struct {
+		name      string
+		got, want int
+	}{
+		{"xl_rule.name", len(rule.Name), dataplane.NameLen},
+		{"xl_globals.portless", len(glob.Portless), int(dataplane.ProtoMax)},
+		{"xl_globals.frag_match", len(glob.FragMatch), int(dataplane.ProtoMax)},
+		{"xl_counters.packets", len(ctr.Packets), int(dataplane.VerdictMax)},
+		{"xl_counters.bytes", len(ctr.Bytes), int(dataplane.VerdictMax)},
+		{"xl_counters.reasons", len(ctr.Reasons), int(dataplane.ReasonMax)},
+		{"xl_lpm6_key.addr", len(k6.Addr), 16},
+		{"sizeof xl_bucket", binary.Size(xdpXlBucket{}), 16},
+		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 16},
+		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 32},
+		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+2) + 8},
+		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
+		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 16},
+		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax))},
+	} {
+		if s.got != s.want {
+			t.Errorf("%s: %d, want %d", s.name, s.got, s.want)
+		}
+	}
+
+	spec, err := Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Map geometry follows the constants.
+	for _, m := range []struct {
+		name       string
+		entries    uint32
+		value      int
+		valueBytes uint32
+	}{
+		{xdpMapXlGen, 1, 0, 4},
+		{xdpMapXlConfig, dataplane.Generations, binary.Size(glob), 0},
+		{xdpMapXlRules, dataplane.Generations * dataplane.MaxRules, binary.Size(rule), 0},
+		{xdpMapXlPorts, dataplane.Generations * dataplane.PortProtos * dataplane.Ports, 0, 8},
+		{xdpMapXlLimits, dataplane.MaxRules, binary.Size(xdpXlLimit{}), 0},
+		{xdpMapXlBuckets, dataplane.MaxRules, binary.Size(xdpXlBucketState{}), 0},
+		{xdpMapXlStats, dataplane.CounterSlots, binary.Size(ctr), 0},
+	} {
+		ms := spec.Maps[m.name]
+		if ms == nil {
+			t.Errorf("map %s missing from the spec", m.name)
+			continue
+		}
+		want := m.valueBytes
+		if m.value != 0 {
+			want = uint32(m.value)
+		}
+		if ms.MaxEntries != m.entries || ms.ValueSize != want {
+			t.Errorf("map %s: %d entries of %d bytes, want %d of %d", m.name, ms.MaxEntries, ms.ValueSize, m.entries, want)
+		}
+	}
+
+	// Every enumerator in the BTF is known to dataplane with the same
+	// value, and the names dataplane prints are the enumerators' names.
+	names := map[string]func(v uint64) string{
+		"xl_proto":   func(v uint64) string { return dataplane.Proto(v).String() },
+		"xl_verdict": func(v uint64) string { return dataplane.Verdict(v).String() },
+		"xl_reason":  func(v uint64) string { return dataplane.Reason(v).String() },
+	}
+	seen := map[string]bool{}
+	for _, enumName := range []string{"xl_proto", "xl_verdict", "xl_reason", "xl_rule_flag", "xl_global_flag", "xl_prefix_flag"} {
+		var e *btf.Enum
+		if err := spec.Types.TypeByName(enumName, &e); err != nil {
+			t.Errorf("enum %s: %v", enumName, err)
+			continue
+		}
+		if e.Size != 4 {
+			t.Errorf("enum %s: %d bytes, want 4", enumName, e.Size)
+		}
+		prefix := strings.ToUpper(enumName) + "_" // XL_REASON_ for xl_reason
+		for _, v := range e.Values {
+			if w, ok := want[v.Name]; !ok || w != v.Value {
+				t.Errorf("%s: %s = %d in BTF; dataplane has %d (present %v)", enumName, v.Name, v.Value, w, ok)
+			}
+			seen[v.Name] = true
+			if str := names[enumName]; str != nil && !strings.HasSuffix(v.Name, "_MAX") {
+				if got, w := str(v.Value), strings.ToLower(strings.TrimPrefix(v.Name, prefix)); got != w {
+					t.Errorf("%s: dataplane prints %q, want %q", v.Name, got, w)
+				}
+			}
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("%s: in dataplane, not in the BTF", name)
+		}
+	}
+}
+
+type enumPair struct {
+	name  string
+	value uint64
+}
+
+// enumPairs is every enumerator of types.h with dataplane's value.
+func enumPairs() []enumPair {
+	return []enumPair{
+		{"XL_PROTO_TCP", uint64(dataplane.ProtoTCP)}, {"XL_PROTO_UDP", uint64(dataplane.ProtoUDP)},
+		{"XL_PROTO_ICMP", uint64(dataplane.ProtoICMP)}, {"XL_PROTO_OTHER", uint64(dataplane.ProtoOther)},
+		{"XL_PROTO_MAX", uint64(dataplane.ProtoMax)},
+		{"XL_VERDICT_PASS", uint64(dataplane.VerdictPass)}, {"XL_VERDICT_DROP", uint64(dataplane.VerdictDrop)},
+		{"XL_VERDICT_WOULD_DROP", uint64(dataplane.VerdictWouldDrop)}, {"XL_VERDICT_MAX", uint64(dataplane.VerdictMax)},
+		{"XL_REASON_NO_RULE", uint64(dataplane.ReasonNoRule)}, {"XL_REASON_ALLOW", uint64(dataplane.ReasonAllow)},
+		{"XL_REASON_ADMIT", uint64(dataplane.ReasonAdmit)}, {"XL_REASON_NOT_IP", uint64(dataplane.ReasonNotIP)},
+		{"XL_REASON_DENY", uint64(dataplane.ReasonDeny)}, {"XL_REASON_RULE", uint64(dataplane.ReasonRule)},
+		{"XL_REASON_SOURCE", uint64(dataplane.ReasonSource)}, {"XL_REASON_CONCURRENCY", uint64(dataplane.ReasonConcurrency)},
+		{"XL_REASON_BREAKER", uint64(dataplane.ReasonBreaker)}, {"XL_REASON_FRAGMENT", uint64(dataplane.ReasonFragment)},
+		{"XL_REASON_MALFORMED_L2", uint64(dataplane.ReasonMalformedL2)},
+		{"XL_REASON_MALFORMED_L3", uint64(dataplane.ReasonMalformedL3)},
+		{"XL_REASON_MALFORMED_L4", uint64(dataplane.ReasonMalformedL4)},
+		{"XL_REASON_EXT_LIMIT", uint64(dataplane.ReasonExtLimit)}, {"XL_REASON_MAX", uint64(dataplane.ReasonMax)},
+		{"XL_RULE_ACTIVE", uint64(dataplane.RuleActive)}, {"XL_RULE_SHADOW", uint64(dataplane.RuleShadow)},
+		{"XL_RULE_BYTES", uint64(dataplane.RuleBytes)}, {"XL_RULE_FRAG_DROP", uint64(dataplane.RuleFragDrop)},
+		{"XL_G_MALFORMED_PASS", uint64(dataplane.GlobalMalformedPass)},
+		{"XL_G_PREFIXES_V4", uint64(dataplane.GlobalPrefixesV4)}, {"XL_G_PREFIXES_V6", uint64(dataplane.GlobalPrefixesV6)},
+		{"XL_PREFIX_ALLOW", uint64(dataplane.PrefixAllow)}, {"XL_PREFIX_DENY", uint64(dataplane.PrefixDeny)},
+	}
+}
