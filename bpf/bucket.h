@@ -9,7 +9,7 @@
  * bucket idle for longer than the wrap period and is treated as full.
  *
  * Races: the TAT is advanced with compare-and-swap, so concurrent CPUs never
- * admit more than the bucket allows. When the CAS keeps failing under heavy
+ * take more than the bucket allows. When the CAS keeps failing under heavy
  * contention the packet is dropped after XL_CAS_RETRIES attempts: a limiter
  * errs on the side of its limit. The bucket's settings may be read torn
  * while the daemon rewrites them (mult from the new rate, tol from the old);
@@ -32,27 +32,88 @@ static __always_inline __u64 xl_bucket_inc(const struct xl_bucket *b, __u64 cost
 	return (cost * b->mult + (1ULL << (XL_MULT_SHIFT - 1))) >> XL_MULT_SHIFT;
 }
 
+/* Takes between need and want time units from a shared bucket in one
+ * compare-and-swap, as much as fits. Returns what it took; 0 when not even
+ * need fits, and then *retry_u is the earliest time (2^-6 ns) at which it
+ * can (0 when the CAS kept losing, which says nothing about the bucket). */
+static __always_inline __u64 xl_gcra_take(__u64 *tat, __u64 tol, __u64 now_u, __u64 need,
+					  __u64 want, __u64 *retry_u)
+{
+	__u64 old = *(volatile __u64 *)tat;
+
+	*retry_u = 0;
+	for (int i = 0; i < XL_CAS_RETRIES; i++) {
+		__s64 ahead = (__s64)(old - now_u);
+		__u64 base = (ahead < 0 || (__u64)ahead > XL_STALE_AHEAD) ? now_u : old;
+		__s64 room = (__s64)tol - (__s64)(base - now_u);
+
+		if (room < (__s64)need) {
+			*retry_u = base + need - tol;
+			return 0;
+		}
+		__u64 take = want < (__u64)room ? want : (__u64)room;
+		__u64 seen = __sync_val_compare_and_swap(tat, old, base + take);
+		if (seen == old)
+			return take;
+		old = seen;
+	}
+	return 0;
+}
+
 /* Admits a packet of cost `cost` at time now_u (2^-6 ns) against the bucket
  * settings b and state *tat. Returns 1 when it conforms (and charges it). */
 static __always_inline int xl_gcra(__u64 *tat, const struct xl_bucket *b, __u64 now_u, __u64 cost)
 {
 	__u64 inc = xl_bucket_inc(b, cost);
-	__u64 tol = b->tol;
-	__u64 old = *(volatile __u64 *)tat;
+	__u64 retry_u;
 
-	for (int i = 0; i < XL_CAS_RETRIES; i++) {
-		__s64 ahead = (__s64)(old - now_u);
-		__u64 base = (ahead < 0 || (__u64)ahead > XL_STALE_AHEAD) ? now_u : old;
-		__u64 next = base + inc;
+	return xl_gcra_take(tat, b->tol, now_u, inc, inc, &retry_u) != 0;
+}
 
-		if ((__s64)(next - now_u) > (__s64)tol)
-			return 0;
-		__u64 seen = __sync_val_compare_and_swap(tat, old, next);
-		if (seen == old)
-			return 1;
-		old = seen;
+/* Per-CPU token cache in front of a shared bucket.
+ *
+ * A CPU borrows up to XL_BATCH_NS worth of the rate (at most a quarter of
+ * the burst, at least the packet at hand) from the shared bucket in one
+ * CAS and spends it on later packets without touching shared memory. When
+ * the shared bucket has no room, the cache remembers until when, and drops
+ * without touching shared memory until then (the TAT only moves forward, so
+ * no packet is dropped that could have passed).
+ *
+ * Bound: tokens are charged to the shared bucket before they are spent, so
+ * over any interval the CPUs together admit at most what the shared bucket
+ * admits plus what the caches held at its start: at most one batch per CPU,
+ * max(cost, XL_BATCH_NS x rate) each. Over the long run the rate is exact.
+ * A cache filled under other settings (a new rate from the control loop, a
+ * new rule in the slot) is emptied first: that loses at most one batch.
+ * Returns 1 when the packet conforms; *now is read lazily (0: not yet). */
+static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
+					   const struct xl_bucket *b, __u64 inc, __u64 now)
+{
+	if (c->credit >= inc) {
+		c->credit -= inc;
+		return 1;
 	}
-	return 0;
+	if (now < c->retry_ns)
+		return 0;
+
+	__u64 batch = (__u64)XL_BATCH_NS << XL_TIME_SHIFT;
+	if (batch > b->tol / 4)
+		batch = b->tol / 4;
+	__u64 need = inc - c->credit;
+	__u64 want = need > batch ? need : batch;
+	__u64 now_u = now << XL_TIME_SHIFT;
+	__u64 retry_u;
+	__u64 took = xl_gcra_take(tat, b->tol, now_u, need, want, &retry_u);
+
+	if (!took) {
+		/* Round up: no room strictly before retry_u. */
+		if (retry_u)
+			c->retry_ns = now + ((retry_u - now_u) + (1 << XL_TIME_SHIFT) - 1) /
+						(1 << XL_TIME_SHIFT);
+		return 0;
+	}
+	c->credit = c->credit + took - inc;
+	return 1;
 }
 
 #endif /* XLIMIT_BUCKET_H */

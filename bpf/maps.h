@@ -98,6 +98,29 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_buckets SEC(".maps");
 
+/* State. Key: slot. Value: this CPU's token cache for the rule's bucket.
+ * Per-CPU array: the common case (credit left, or the bucket known to be
+ * empty) touches no shared cache line. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_cache);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_caches SEC(".maps");
+
+/* State. Key: slot + source prefix. Value: the source's bucket, ban and
+ * drop count. LRU hash: a spoofed flood evicts the least recent sources
+ * instead of failing inserts; the rule-wide bucket holds regardless. The
+ * daemon sets the size (source_table_size) before loading. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct xl_source_key);
+	__type(value, struct xl_source);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_sources SEC(".maps");
+
 /* State. Key: slot, or XL_GLOBAL_SLOT for packet-level verdicts. Value:
  * packets and bytes by verdict, packets by reason. Per-CPU: increments
  * never contend; readers sum over CPUs. */

@@ -27,6 +27,10 @@
 #define XL_IPV6_EXT_MAX 6
 /* Rule name length, NUL included. */
 #define XL_NAME_LEN 32
+/* A CPU's token cache borrows at most this much time's worth of a rule's
+ * rate from the shared bucket at once (and at most a quarter of the burst):
+ * the bound on how far admission can run ahead, per CPU. */
+#define XL_BATCH_NS 50000
 
 /* Protocol classes a rule can match. TCP and UDP have ports. */
 enum xl_proto {
@@ -68,8 +72,10 @@ enum xl_reason {
 enum xl_rule_flag {
 	XL_RULE_ACTIVE = 1 << 0,
 	XL_RULE_SHADOW = 1 << 1,
-	XL_RULE_BYTES = 1 << 2,	    /* cost is the frame length, not 1 */
-	XL_RULE_FRAG_DROP = 1 << 3, /* drop non-first fragments outright */
+	XL_RULE_BYTES = 1 << 2,	     /* cost is the frame length, not 1 */
+	XL_RULE_FRAG_DROP = 1 << 3,  /* drop non-first fragments outright */
+	XL_RULE_PER_SOURCE = 1 << 4, /* a bucket per source prefix too */
+	XL_RULE_BAN = 1 << 5,	     /* ban sources that stay over their limit */
 };
 
 /* xl_globals.flags */
@@ -104,6 +110,15 @@ struct xl_rule {
 	/* The static rate from the rules file: in force whenever the control
 	 * loop's limit is missing, stale or for another epoch (fail-static). */
 	struct xl_bucket fallback;
+	/* Each source prefix's bucket (XL_RULE_PER_SOURCE); always packets. */
+	struct xl_bucket source;
+	/* XL_RULE_BAN: a source over its limit for ban_after_ns is dropped
+	 * for ban_ns, and again while it is still over when that ends. */
+	__u64 ban_after_ns;
+	__u64 ban_ns;
+	__u8 prefix4; /* source aggregation: IPv4 prefix length */
+	__u8 prefix6; /* source aggregation: IPv6 prefix length */
+	__u8 _pad[6];
 };
 
 /* The control loop's rate for a slot (config, written by the daemon only,
@@ -147,6 +162,39 @@ struct xl_lpm6_key {
 	__u32 prefixlen;
 	__u32 gen;
 	__u8 addr[16];
+};
+
+/* A CPU's cache of tokens already charged to a rule's shared bucket
+ * (state, per-CPU). While it holds credit, packets pass without touching
+ * shared memory; while the shared bucket is known to be empty (until
+ * retry_ns), packets drop without touching it either. */
+struct xl_cache {
+	__u64 credit;	/* time units charged but not yet spent */
+	__u64 retry_ns; /* no room in the shared bucket before this time */
+	__u64 mult;	/* the bucket settings the cache was filled under */
+	__u64 tol;
+	__u32 epoch;
+	__u32 _pad;
+};
+
+/* Key of a source's bucket: the rule's slot and the source address masked
+ * to the rule's prefix length. */
+struct xl_source_key {
+	__u32 slot;
+	__u8 family; /* 4 or 6 */
+	__u8 prefixlen;
+	__u16 _pad;
+	__u8 addr[16];
+};
+
+/* A source's bucket (state). */
+struct xl_source {
+	__u64 tat;	       /* as xl_bucket_state.tat */
+	__u64 over_since_ns;   /* start of the current over-limit run, or 0 */
+	__u64 banned_until_ns; /* banned while now is before this */
+	__u64 drops;	       /* packets dropped for this source */
+	__u32 epoch;
+	__u32 _pad;
 };
 
 /* Bucket state (state, written by the XDP program only). */

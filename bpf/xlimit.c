@@ -10,6 +10,7 @@
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
+#include "source.h"
 #include "stats.h"
 #include "types.h"
 
@@ -27,7 +28,7 @@ const enum xl_prefix_flag *xl_btf_prefix_flag __attribute__((unused));
  * clock. Zero in production, where the verifier prunes the map read. */
 volatile const __u32 xl_cfg_fake_clock = 0;
 
-static __always_inline __u64 xl_now_ns(void)
+static __always_inline __u64 xl_clock_ns(void)
 {
 	if (xl_cfg_fake_clock) {
 		__u32 zero = 0;
@@ -38,53 +39,80 @@ static __always_inline __u64 xl_now_ns(void)
 }
 
 /* The one place the program reads time. */
-#define XL_NOW() xl_now_ns()
+#define XL_NOW() xl_clock_ns()
+
+/* The packet's time, read on first use: *now is 0 until then. */
+static __always_inline __u64 xl_time(__u64 *now)
+{
+	if (!*now)
+		*now = XL_NOW();
+	return *now;
+}
 
 /* The bucket in force for a rule: the control loop's while it is fresh and
  * meant for this rule, the static fallback otherwise (fail-static). */
 static __always_inline const struct xl_bucket *xl_bucket_for(const struct xl_rule *r, __u32 slot,
-							     __u64 now)
+							     __u64 *now)
 {
 	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
-	if (lim && lim->epoch == r->epoch && now < lim->deadline_ns)
+	if (lim && lim->epoch == r->epoch && xl_time(now) < lim->deadline_ns)
 		return &lim->bucket;
 	return &r->fallback;
 }
 
 /* Applies the rule in one slot of a generation and counts its decision.
  * Returns the rule's verdict in the low byte and its reason in the next.
+ * *now is the packet's time, read on first need (0: not read yet).
  *
  * A global (not inlined) function: the verifier checks it once, not once
  * per slot of the caller's loop over the matched rules. */
-__noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __u64 now, __u64 len)
+__noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __u64 *now, __u64 len)
 {
-	if (!pkt || slot >= XL_MAX_RULES)
+	if (!pkt || !now || slot >= XL_MAX_RULES)
 		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
 	__u32 key = gen * XL_MAX_RULES + slot;
 	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
-	if (!r || !(r->flags & XL_RULE_ACTIVE))
+	struct xl_bucket_state *st = bpf_map_lookup_elem(&xl_buckets, &slot);
+	struct xl_cache *c = bpf_map_lookup_elem(&xl_caches, &slot);
+	if (!r || !st || !c || !(r->flags & XL_RULE_ACTIVE))
 		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
 
-	__u32 verdict = XL_VERDICT_PASS;
-	__u32 reason = XL_REASON_ADMIT;
-	struct xl_bucket_state *st = bpf_map_lookup_elem(&xl_buckets, &slot);
+	__u32 verdict = XL_VERDICT_DROP;
+	__u32 reason = XL_REASON_RULE;
 	if (pkt->fragment && (r->flags & XL_RULE_FRAG_DROP)) {
-		verdict = XL_VERDICT_DROP;
 		reason = XL_REASON_FRAGMENT;
-	} else if (st) {
-		if (st->epoch != r->epoch) {
-			/* The slot belonged to another rule: start full (a TAT
-			 * of now). Two CPUs may both reset; it starts full once. */
-			st->tat = now << XL_TIME_SHIFT;
-			st->epoch = r->epoch;
-		}
-		__u64 cost = (r->flags & XL_RULE_BYTES) ? len : 1;
-		const struct xl_bucket *b = xl_bucket_for(r, slot, now);
-		if (!xl_gcra(&st->tat, b, now << XL_TIME_SHIFT, cost)) {
-			verdict = XL_VERDICT_DROP;
-			reason = XL_REASON_RULE;
-		}
+		goto out;
 	}
+	if (st->epoch != r->epoch) {
+		/* The slot belonged to another rule: start full (a TAT of
+		 * now). Two CPUs may both reset; it starts full once. */
+		st->tat = xl_time(now) << XL_TIME_SHIFT;
+		st->epoch = r->epoch;
+	}
+	const struct xl_bucket *b = xl_bucket_for(r, slot, now);
+	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
+		c->credit = 0;
+		c->retry_ns = 0;
+		c->mult = b->mult;
+		c->tol = b->tol;
+		c->epoch = r->epoch;
+	}
+	__u64 inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
+
+	/* The rule-wide bucket known empty: drop before the per-source table
+	 * is touched, so a spoofed flood costs no LRU insert once it is over
+	 * the rule's rate. */
+	if (c->credit < inc && xl_time(now) < c->retry_ns)
+		goto out;
+	if ((r->flags & XL_RULE_PER_SOURCE) && !xl_source_admit(r, slot, pkt, xl_time(now))) {
+		reason = XL_REASON_SOURCE;
+		goto out;
+	}
+	if (xl_cached_admit(c, &st->tat, b, inc, c->credit >= inc ? 0 : xl_time(now))) {
+		verdict = XL_VERDICT_PASS;
+		reason = XL_REASON_ADMIT;
+	}
+out:
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
 		verdict = XL_VERDICT_WOULD_DROP;
 	xl_count(slot, verdict, reason, len);
@@ -152,14 +180,14 @@ int xlimit_xdp(struct xdp_md *ctx)
 	if (!mask)
 		goto out;
 
-	__u64 now = XL_NOW();
+	__u64 now = 0;
 	reason = XL_REASON_ADMIT;
 	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
 		if (!(mask >> i))
 			break;
 		if (!((mask >> i) & 1))
 			continue;
-		int res = xl_apply_rule(gen, i, &pkt, now, len);
+		int res = xl_apply_rule(gen, i, &pkt, &now, len);
 		if ((res & 0xff) == XL_VERDICT_DROP) {
 			verdict = XL_VERDICT_DROP;
 			reason = (res >> 8) & 0xff;

@@ -5,10 +5,13 @@ package maps
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -35,12 +38,39 @@ type harness struct {
 func newHarness(tb testing.TB) *harness {
 	tb.Helper()
 	requireRoot(tb)
+	pinToOneCPU(tb)
 	o, err := Load(Options{FakeClock: true})
 	if err != nil {
 		tb.Fatalf("load: %v", err)
 	}
 	tb.Cleanup(func() { o.Close() })
 	return &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+}
+
+var nextCPU atomic.Int32
+
+// pinToOneCPU keeps the test's goroutine on one OS thread bound to one CPU
+// until the test ends: the program's token caches are per CPU, and the Go
+// model is one CPU, so every packet of a harness must run on the same one.
+// Harnesses spread over the CPUs so parallel tests do not queue on one.
+func pinToOneCPU(tb testing.TB) {
+	tb.Helper()
+	runtime.LockOSThread()
+	var old unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		runtime.UnlockOSThread()
+		tb.Fatalf("read CPU affinity: %v", err)
+	}
+	var one unix.CPUSet
+	one.Set(int(nextCPU.Add(1)) % runtime.NumCPU())
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		runtime.UnlockOSThread()
+		tb.Fatalf("pin to one CPU: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	})
 }
 
 // compile compiles spec against prev, failing the test on error.

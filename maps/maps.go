@@ -3,11 +3,13 @@
 package maps
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -26,11 +28,17 @@ type Options struct {
 	// FakeClock makes the program read the time from the clock map that
 	// SetClock writes (tests only).
 	FakeClock bool
+	// SourceTableSize is the number of per-source buckets (LRU); 0 keeps
+	// the default of 65536.
+	SourceTableSize int
 }
 
 // Objects is a loaded XDP program with its maps.
 type Objects struct {
 	objs xdpObjects
+	// SourcesReset reports that the pinned per-source table had another
+	// size and was replaced by an empty one.
+	SourcesReset bool
 }
 
 // Spec returns the embedded collection spec, for callers that inspect it.
@@ -49,12 +57,23 @@ func Load(opts Options) (*Objects, error) {
 			return nil, fmt.Errorf("set fake clock: %w", err)
 		}
 	}
+	if opts.SourceTableSize > 0 {
+		spec.Maps[xdpMapXlSources].MaxEntries = uint32(opts.SourceTableSize)
+	}
+	var o Objects
 	if opts.PinDir == "" {
 		for _, m := range spec.Maps {
 			m.Pinning = ebpf.PinNone
 		}
+	} else {
+		// A per-source table of another size cannot be adopted: replace
+		// it (per-source state starts afresh; everything else carries on).
+		reset, err := unpinIfResized(filepath.Join(opts.PinDir, xdpMapXlSources), spec.Maps[xdpMapXlSources].MaxEntries)
+		if err != nil {
+			return nil, err
+		}
+		o.SourcesReset = reset
 	}
-	var o Objects
 	err = spec.LoadAndAssign(&o.objs, &ebpf.CollectionOptions{
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
 	})
@@ -66,6 +85,24 @@ func Load(opts Options) (*Objects, error) {
 		return nil, fmt.Errorf("load program: %w", err)
 	}
 	return &o, nil
+}
+
+func unpinIfResized(path string, want uint32) (bool, error) {
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open pinned %s: %w", path, err)
+	}
+	defer m.Close()
+	if m.MaxEntries() == want {
+		return false, nil
+	}
+	if err := os.Remove(path); err != nil {
+		return false, fmt.Errorf("replace per-source table: %w", err)
+	}
+	return true, nil
 }
 
 // Program returns the XDP program.
@@ -81,15 +118,15 @@ func PinnedNames() []string {
 	return []string{
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlLimits, xdpMapXlBuckets,
-		xdpMapXlStats,
+		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources,
 	}
 }
 
 // Tables is read-write access to the maps alone: what Objects has, and what
 // OpenPinned gives to `xlimit status` without loading a program.
 type Tables struct {
-	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock *ebpf.Map
-	owned                                                                      bool
+	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources *ebpf.Map
+	owned                                                                               bool
 }
 
 // Tables returns access to the maps of loaded objects.
@@ -98,7 +135,7 @@ func (o *Objects) Tables() *Tables {
 	return &Tables{
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
-		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock,
+		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
 	}
 }
 
@@ -116,6 +153,7 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		{xdpMapXlGen, &t.gen}, {xdpMapXlConfig, &t.config}, {xdpMapXlRules, &t.rules},
 		{xdpMapXlPorts, &t.ports}, {xdpMapXlPrefix4, &t.prefix4}, {xdpMapXlPrefix6, &t.prefix6},
 		{xdpMapXlLimits, &t.limits}, {xdpMapXlBuckets, &t.buckets}, {xdpMapXlStats, &t.stats},
+		{xdpMapXlSources, &t.sources},
 	} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
 		if err != nil {
@@ -134,7 +172,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats, t.sources} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -344,9 +382,14 @@ func (t *Tables) allPorts() ([]uint64, error) {
 
 func ruleToKernel(r *dataplane.Rule) xdpXlRule {
 	k := xdpXlRule{
-		Flags:    r.Flags,
-		Epoch:    r.Epoch,
-		Fallback: xdpXlBucket{Mult: r.Fallback.Mult, Tol: r.Fallback.Tol},
+		Flags:      r.Flags,
+		Epoch:      r.Epoch,
+		Fallback:   xdpXlBucket{Mult: r.Fallback.Mult, Tol: r.Fallback.Tol},
+		Source:     xdpXlBucket{Mult: r.Source.Mult, Tol: r.Source.Tol},
+		BanAfterNs: r.BanAfterNS,
+		BanNs:      r.BanNS,
+		Prefix4:    r.Prefix4,
+		Prefix6:    r.Prefix6,
 	}
 	for i := 0; i < len(r.Name) && i < len(k.Name)-1; i++ {
 		k.Name[i] = int8(r.Name[i])
@@ -366,7 +409,12 @@ func ruleFromKernel(k *xdpXlRule) dataplane.Rule {
 		Name:     string(name),
 		Flags:    k.Flags,
 		Epoch:    k.Epoch,
-		Fallback: dataplane.Bucket{Mult: k.Fallback.Mult, Tol: k.Fallback.Tol},
+		Fallback:   dataplane.Bucket{Mult: k.Fallback.Mult, Tol: k.Fallback.Tol},
+		Source:     dataplane.Bucket{Mult: k.Source.Mult, Tol: k.Source.Tol},
+		BanAfterNS: k.BanAfterNs,
+		BanNS:      k.BanNs,
+		Prefix4:    k.Prefix4,
+		Prefix6:    k.Prefix6,
 	}
 }
 
@@ -427,6 +475,46 @@ func (t *Tables) AllCounters() ([dataplane.CounterSlots]dataplane.Counters, erro
 		all[i] = c
 	}
 	return all, nil
+}
+
+// Source is one entry of the per-source table.
+type Source struct {
+	Slot   int
+	Prefix netip.Prefix
+	dataplane.SourceState
+}
+
+// Sources lists the per-source buckets (all of them when slot < 0),
+// the most dropped first, at most n (n <= 0: all).
+func (t *Tables) Sources(slot, n int) ([]Source, error) {
+	var k xdpXlSourceKey
+	var v xdpXlSource
+	var out []Source
+	it := t.sources.Iterate()
+	for it.Next(&k, &v) {
+		if slot >= 0 && int(k.Slot) != slot {
+			continue
+		}
+		addr := netip.AddrFrom16(k.Addr)
+		if k.Family == 4 {
+			addr = netip.AddrFrom4([4]byte(k.Addr[:4]))
+		}
+		out = append(out, Source{
+			Slot:   int(k.Slot),
+			Prefix: netip.PrefixFrom(addr, int(k.Prefixlen)),
+			SourceState: dataplane.SourceState{
+				TAT: v.Tat, OverSinceNS: v.OverSinceNs, BannedUntilNS: v.BannedUntilNs, Drops: v.Drops, Epoch: v.Epoch,
+			},
+		})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read sources: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Source) int { return cmp.Compare(b.Drops, a.Drops) })
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
 }
 
 // SetClock sets the time a program loaded with FakeClock reads.

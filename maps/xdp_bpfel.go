@@ -26,6 +26,16 @@ type xdpXlBucketState struct {
 	Pad   uint32
 }
 
+type xdpXlCache struct {
+	_       structs.HostLayout
+	Credit  uint64
+	RetryNs uint64
+	Mult    uint64
+	Tol     uint64
+	Epoch   uint32
+	Pad     uint32
+}
+
 type xdpXlCounters struct {
 	_       structs.HostLayout
 	Packets [3]uint64
@@ -118,21 +128,48 @@ const (
 )
 
 type xdpXlRule struct {
-	_        structs.HostLayout
-	Name     [32]int8
-	Flags    uint32
-	Epoch    uint32
-	Fallback xdpXlBucket
+	_          structs.HostLayout
+	Name       [32]int8
+	Flags      uint32
+	Epoch      uint32
+	Fallback   xdpXlBucket
+	Source     xdpXlBucket
+	BanAfterNs uint64
+	BanNs      uint64
+	Prefix4    uint8
+	Prefix6    uint8
+	Pad        [6]uint8
 }
 
 type xdpXlRuleFlag uint32
 
 const (
-	xdpXlRuleFlagXL_RULE_ACTIVE    xdpXlRuleFlag = 1
-	xdpXlRuleFlagXL_RULE_SHADOW    xdpXlRuleFlag = 2
-	xdpXlRuleFlagXL_RULE_BYTES     xdpXlRuleFlag = 4
-	xdpXlRuleFlagXL_RULE_FRAG_DROP xdpXlRuleFlag = 8
+	xdpXlRuleFlagXL_RULE_ACTIVE     xdpXlRuleFlag = 1
+	xdpXlRuleFlagXL_RULE_SHADOW     xdpXlRuleFlag = 2
+	xdpXlRuleFlagXL_RULE_BYTES      xdpXlRuleFlag = 4
+	xdpXlRuleFlagXL_RULE_FRAG_DROP  xdpXlRuleFlag = 8
+	xdpXlRuleFlagXL_RULE_PER_SOURCE xdpXlRuleFlag = 16
+	xdpXlRuleFlagXL_RULE_BAN        xdpXlRuleFlag = 32
 )
+
+type xdpXlSource struct {
+	_             structs.HostLayout
+	Tat           uint64
+	OverSinceNs   uint64
+	BannedUntilNs uint64
+	Drops         uint64
+	Epoch         uint32
+	Pad           uint32
+}
+
+type xdpXlSourceKey struct {
+	_         structs.HostLayout
+	Slot      uint32
+	Family    uint8
+	Prefixlen uint8
+	Pad       uint16
+	Addr      [16]uint8
+}
 
 type xdpXlVerdict uint32
 
@@ -148,6 +185,7 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	xdpMapXlBuckets       = "xl_buckets"
+	xdpMapXlCaches        = "xl_caches"
 	xdpMapXlClock         = "xl_clock"
 	xdpMapXlConfig        = "xl_config"
 	xdpMapXlGen           = "xl_gen"
@@ -156,6 +194,7 @@ const (
 	xdpMapXlPrefix4       = "xl_prefix4"
 	xdpMapXlPrefix6       = "xl_prefix6"
 	xdpMapXlRules         = "xl_rules"
+	xdpMapXlSources       = "xl_sources"
 	xdpMapXlStats         = "xl_stats"
 	xdpProgXlimitXdp      = "xlimit_xdp"
 	xdpVarXlBtfGlobalFlag = "xl_btf_global_flag"
@@ -217,6 +256,7 @@ type xdpProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpMapSpecs struct {
 	XlBuckets *ebpf.MapSpec `ebpf:"xl_buckets"`
+	XlCaches  *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock   *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig  *ebpf.MapSpec `ebpf:"xl_config"`
 	XlGen     *ebpf.MapSpec `ebpf:"xl_gen"`
@@ -225,6 +265,7 @@ type xdpMapSpecs struct {
 	XlPrefix4 *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6 *ebpf.MapSpec `ebpf:"xl_prefix6"`
 	XlRules   *ebpf.MapSpec `ebpf:"xl_rules"`
+	XlSources *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlStats   *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -262,6 +303,7 @@ func (o *xdpObjects) Close() error {
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpMaps struct {
 	XlBuckets *ebpf.Map `ebpf:"xl_buckets"`
+	XlCaches  *ebpf.Map `ebpf:"xl_caches"`
 	XlClock   *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig  *ebpf.Map `ebpf:"xl_config"`
 	XlGen     *ebpf.Map `ebpf:"xl_gen"`
@@ -270,12 +312,14 @@ type xdpMaps struct {
 	XlPrefix4 *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6 *ebpf.Map `ebpf:"xl_prefix6"`
 	XlRules   *ebpf.Map `ebpf:"xl_rules"`
+	XlSources *ebpf.Map `ebpf:"xl_sources"`
 	XlStats   *ebpf.Map `ebpf:"xl_stats"`
 }
 
 func (m *xdpMaps) Close() error {
 	return _XdpClose(
 		m.XlBuckets,
+		m.XlCaches,
 		m.XlClock,
 		m.XlConfig,
 		m.XlGen,
@@ -284,6 +328,7 @@ func (m *xdpMaps) Close() error {
 		m.XlPrefix4,
 		m.XlPrefix6,
 		m.XlRules,
+		m.XlSources,
 		m.XlStats,
 	)
 }

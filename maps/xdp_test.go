@@ -333,6 +333,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 		"XL_RULE_SHADOW":         uint64(xdpXlRuleFlagXL_RULE_SHADOW),
 		"XL_RULE_BYTES":          uint64(xdpXlRuleFlagXL_RULE_BYTES),
 		"XL_RULE_FRAG_DROP":      uint64(xdpXlRuleFlagXL_RULE_FRAG_DROP),
+		"XL_RULE_PER_SOURCE":     uint64(xdpXlRuleFlagXL_RULE_PER_SOURCE),
+		"XL_RULE_BAN":            uint64(xdpXlRuleFlagXL_RULE_BAN),
 		"XL_G_MALFORMED_PASS":    uint64(xdpXlGlobalFlagXL_G_MALFORMED_PASS),
 		"XL_G_PREFIXES_V4":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V4),
 		"XL_G_PREFIXES_V6":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V6),
@@ -367,7 +369,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"xl_counters.reasons", len(ctr.Reasons), int(dataplane.ReasonMax)},
 		{"xl_lpm6_key.addr", len(k6.Addr), 16},
 		{"sizeof xl_bucket", binary.Size(xdpXlBucket{}), 16},
-		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 16},
+		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 2*16 + 2*8 + 8},
 		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 32},
 		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+2) + 8},
 		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
@@ -397,6 +399,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlLimits, dataplane.MaxRules, binary.Size(xdpXlLimit{}), 0},
 		{xdpMapXlBuckets, dataplane.MaxRules, binary.Size(xdpXlBucketState{}), 0},
 		{xdpMapXlStats, dataplane.CounterSlots, binary.Size(ctr), 0},
+		{xdpMapXlCaches, dataplane.MaxRules, binary.Size(xdpXlCache{}), 0},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {
@@ -473,6 +476,7 @@ func enumPairs() []enumPair {
 		{"XL_REASON_EXT_LIMIT", uint64(dataplane.ReasonExtLimit)}, {"XL_REASON_MAX", uint64(dataplane.ReasonMax)},
 		{"XL_RULE_ACTIVE", uint64(dataplane.RuleActive)}, {"XL_RULE_SHADOW", uint64(dataplane.RuleShadow)},
 		{"XL_RULE_BYTES", uint64(dataplane.RuleBytes)}, {"XL_RULE_FRAG_DROP", uint64(dataplane.RuleFragDrop)},
+		{"XL_RULE_PER_SOURCE", uint64(dataplane.RulePerSource)}, {"XL_RULE_BAN", uint64(dataplane.RuleBan)},
 		{"XL_G_MALFORMED_PASS", uint64(dataplane.GlobalMalformedPass)},
 		{"XL_G_PREFIXES_V4", uint64(dataplane.GlobalPrefixesV4)}, {"XL_G_PREFIXES_V6", uint64(dataplane.GlobalPrefixesV6)},
 		{"XL_PREFIX_ALLOW", uint64(dataplane.PrefixAllow)}, {"XL_PREFIX_DENY", uint64(dataplane.PrefixDeny)},

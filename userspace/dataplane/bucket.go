@@ -87,20 +87,62 @@ func (b Bucket) Burst() float64 {
 // it as left over from a wrapped clock (bucket.h XL_STALE_AHEAD).
 const StaleAhead = 1 << 53
 
-// GCRA is the Go model of bucket.h's xl_gcra: it admits a packet of the
-// given cost at time nowNS against *tat (2^-6 ns units, wrapping) and
-// reports whether it conformed.
-func (b Bucket) GCRA(tat *uint64, nowNS uint64, cost uint64) bool {
+// Take is the Go model of bucket.h's xl_gcra_take: it takes between need
+// and want time units from the bucket at nowNS, as much as fits, and
+// returns what it took; when not even need fits it returns 0 and the
+// earliest time (2^-6 ns units, wrapping) at which it would.
+func (b Bucket) Take(tat *uint64, nowNS, need, want uint64) (took, retryU uint64) {
 	now := nowNS << TimeShift
 	ahead := int64(*tat - now)
 	base := *tat
 	if ahead < 0 || uint64(ahead) > StaleAhead {
 		base = now
 	}
-	next := base + b.Inc(cost)
-	if int64(next-now) > int64(b.Tol) {
+	room := int64(b.Tol) - int64(base-now)
+	if room < int64(need) {
+		return 0, base + need - b.Tol
+	}
+	took = min(want, uint64(room))
+	*tat = base + took
+	return took, 0
+}
+
+// GCRA is the Go model of bucket.h's xl_gcra: it admits a packet of the
+// given cost at time nowNS against *tat (2^-6 ns units, wrapping) and
+// reports whether it conformed.
+func (b Bucket) GCRA(tat *uint64, nowNS uint64, cost uint64) bool {
+	inc := b.Inc(cost)
+	took, _ := b.Take(tat, nowNS, inc, inc)
+	return took != 0
+}
+
+// Cache is the Go model of one CPU's token cache (struct xl_cache).
+type Cache struct {
+	Credit, RetryNS, Mult, Tol uint64
+	Epoch                      uint32
+}
+
+// Admit is the Go model of bucket.h's xl_cached_admit: a packet taking inc
+// time units conforms from the cache's credit, or by borrowing a batch from
+// the shared bucket *tat.
+func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64) bool {
+	if c.Credit >= inc {
+		c.Credit -= inc
+		return true
+	}
+	if nowNS < c.RetryNS {
 		return false
 	}
-	*tat = next
+	batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
+	need := inc - c.Credit
+	want := max(need, batch)
+	took, retryU := b.Take(tat, nowNS, need, want)
+	if took == 0 {
+		if retryU != 0 {
+			c.RetryNS = nowNS + (retryU-nowNS<<TimeShift+1<<TimeShift-1)/(1<<TimeShift)
+		}
+		return false
+	}
+	c.Credit = c.Credit + took - inc
 	return true
 }

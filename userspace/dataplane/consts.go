@@ -19,6 +19,9 @@ const (
 	IPv6ExtMax   = 6
 	NameLen      = 32
 	VLANMax      = 2
+	// BatchNS is how much time's worth of its rate a CPU's token cache
+	// borrows from a rule's shared bucket at once (bucket.h).
+	BatchNS = 50000
 )
 
 // Proto is a protocol class a rule matches (enum xl_proto).
@@ -114,6 +117,8 @@ const (
 	RuleShadow   uint32 = 1 << 1
 	RuleBytes    uint32 = 1 << 2
 	RuleFragDrop uint32 = 1 << 3
+	RulePerSource uint32 = 1 << 4
+	RuleBan      uint32 = 1 << 5
 )
 
 // Global flags (enum xl_global_flag).

@@ -3,12 +3,60 @@ package dataplane
 // Model is the Go model of the XDP program: it runs a Plan against frames
 // and a clock exactly as the kernel does, keeping its own bucket state and
 // counters. Tests compare it with the kernel packet by packet.
+//
+// The model is one CPU: the kernel's per-CPU token caches agree with it
+// when the kernel runs every packet on one CPU (tests pin their thread).
 type Model struct {
 	Plan     *Plan
 	Limits   [MaxRules]Limit
 	buckets  [MaxRules]bucketState
+	caches   [MaxRules]Cache
+	sources  map[SourceKey]*SourceState
 	Counters [CounterSlots]Counters
 }
+
+// SourceKey is a per-source bucket's key (struct xl_source_key).
+type SourceKey struct {
+	Slot      uint32
+	Family    uint8
+	PrefixLen uint8
+	Addr      [16]byte
+}
+
+// SourceState is a per-source bucket (struct xl_source).
+type SourceState struct {
+	TAT, OverSinceNS, BannedUntilNS, Drops uint64
+	Epoch                                  uint32
+}
+
+// NewSourceKey masks the packet's source to the rule's prefix length.
+func NewSourceKey(r *Rule, slot int, pkt *Packet) SourceKey {
+	k := SourceKey{Slot: uint32(slot), Family: pkt.Family}
+	plen := int(r.Prefix6)
+	src := pkt.Src.As16()
+	if pkt.Family == 4 {
+		plen = int(r.Prefix4)
+		a4 := pkt.Src.As4()
+		src = [16]byte{}
+		copy(src[:], a4[:])
+	}
+	k.PrefixLen = uint8(plen)
+	for i := range 16 {
+		bits := plen - 8*i
+		var mask byte
+		switch {
+		case bits >= 8:
+			mask = 0xff
+		case bits > 0:
+			mask = 0xff << (8 - bits)
+		}
+		k.Addr[i] = src[i] & mask
+	}
+	return k
+}
+
+// Sources returns the model's per-source buckets.
+func (m *Model) Sources() map[SourceKey]*SourceState { return m.sources }
 
 // Limit is the control loop's bucket for a slot (struct xl_limit).
 type Limit struct {
@@ -173,12 +221,63 @@ func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict
 	if lim := &m.Limits[slot]; lim.Epoch == r.Epoch && nowNS < lim.DeadlineNS {
 		b = lim.Bucket
 	}
+	c := &m.caches[slot]
+	if c.Epoch != r.Epoch || c.Mult != b.Mult || c.Tol != b.Tol {
+		*c = Cache{Mult: b.Mult, Tol: b.Tol, Epoch: r.Epoch}
+	}
 	cost := uint64(1)
 	if r.Flags&RuleBytes != 0 {
 		cost = uint64(pkt.Len)
 	}
-	if b.GCRA(&st.tat, nowNS, cost) {
+	inc := b.Inc(cost)
+	if c.Credit < inc && nowNS < c.RetryNS {
+		return VerdictDrop, ReasonRule
+	}
+	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
+		return VerdictDrop, ReasonSource
+	}
+	if c.Admit(&st.tat, b, inc, nowNS) {
 		return VerdictPass, ReasonAdmit
 	}
 	return VerdictDrop, ReasonRule
+}
+
+// sourceAdmit is the Go model of source.h's xl_source_admit (with a table
+// that never evicts).
+func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
+	if m.sources == nil {
+		m.sources = make(map[SourceKey]*SourceState)
+	}
+	now := nowNS << TimeShift
+	k := NewSourceKey(r, slot, pkt)
+	s, ok := m.sources[k]
+	if !ok {
+		s = &SourceState{TAT: now, Epoch: r.Epoch}
+		m.sources[k] = s
+	}
+	if s.Epoch != r.Epoch {
+		*s = SourceState{TAT: now, Epoch: r.Epoch, Drops: s.Drops}
+	}
+	if int64(s.TAT-now) <= 0 {
+		s.OverSinceNS = 0
+	}
+	ok = r.Source.GCRA(&s.TAT, nowNS, 1)
+	if r.Flags&RuleBan != 0 {
+		switch {
+		case s.BannedUntilNS != 0 && nowNS < s.BannedUntilNS:
+			ok = false
+		case s.BannedUntilNS != 0 && !ok:
+			s.BannedUntilNS = nowNS + r.BanNS
+		case s.BannedUntilNS != 0:
+			s.BannedUntilNS = 0
+		case !ok && s.OverSinceNS == 0:
+			s.OverSinceNS = nowNS
+		case !ok && nowNS-s.OverSinceNS >= r.BanAfterNS:
+			s.BannedUntilNS = nowNS + r.BanNS
+		}
+	}
+	if !ok {
+		s.Drops++
+	}
+	return ok
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Plan is the complete content of one generation of the config maps,
@@ -27,6 +28,13 @@ type Rule struct {
 	Flags    uint32
 	Epoch    uint32
 	Fallback Bucket
+	// Per-source limit (RulePerSource): each source prefix's bucket, in
+	// packets, and the prefix lengths sources are aggregated to.
+	Source           Bucket
+	Prefix4, Prefix6 uint8
+	// Ban (RuleBan): a source over its limit for BanAfterNS is dropped for
+	// BanNS, renewed while it is still over when the ban ends.
+	BanAfterNS, BanNS uint64
 }
 
 // Active reports whether the slot holds a rule.
@@ -87,6 +95,15 @@ type RuleSpec struct {
 	Burst     float64
 	Shadow    bool
 	Fragments string // ignore | limit | drop
+	PerSource *PerSourceSpec
+}
+
+// PerSourceSpec is a rule's per-source limit.
+type PerSourceSpec struct {
+	Rate, Burst        float64 // packets per second, packets
+	PrefixV4, PrefixV6 int
+	// Ban: BanDuration 0 means no ban.
+	BanAfter, BanDuration time.Duration
 }
 
 // PortRange is an inclusive range of ports.
@@ -207,6 +224,22 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 		}
 		if r.SynOnly {
 			p.Globals.SynOnly |= bit
+		}
+		if ps := r.PerSource; ps != nil {
+			sb, err := NewBucket(ps.Rate, ps.Burst, false)
+			if err != nil {
+				return nil, fmt.Errorf("compile rule %s: per_source: %w", r.Name, err)
+			}
+			if ps.PrefixV4 < 1 || ps.PrefixV4 > 32 || ps.PrefixV6 < 1 || ps.PrefixV6 > 128 {
+				return nil, fmt.Errorf("compile rule %s: per_source prefixes /%d and /%d out of range", r.Name, ps.PrefixV4, ps.PrefixV6)
+			}
+			pr.Flags |= RulePerSource
+			pr.Source = sb
+			pr.Prefix4, pr.Prefix6 = uint8(ps.PrefixV4), uint8(ps.PrefixV6)
+			if ps.BanDuration > 0 {
+				pr.Flags |= RuleBan
+				pr.BanAfterNS, pr.BanNS = uint64(ps.BanAfter), uint64(ps.BanDuration)
+			}
 		}
 		if len(r.Sources) > 0 {
 			p.Globals.SrcFiltered |= bit
