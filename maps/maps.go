@@ -406,9 +406,9 @@ func ruleFromKernel(k *xdpXlRule) dataplane.Rule {
 		name = append(name, byte(c))
 	}
 	return dataplane.Rule{
-		Name:     string(name),
-		Flags:    k.Flags,
-		Epoch:    k.Epoch,
+		Name:       string(name),
+		Flags:      k.Flags,
+		Epoch:      k.Epoch,
 		Fallback:   dataplane.Bucket{Mult: k.Fallback.Mult, Tol: k.Fallback.Tol},
 		Source:     dataplane.Bucket{Mult: k.Source.Mult, Tol: k.Source.Tol},
 		BanAfterNS: k.BanAfterNs,
