@@ -57,6 +57,8 @@ func PinDir(bpffs, iface string) string {
 type Options struct {
 	BPFFS string // default DefaultBPFFS
 	Mode  Mode   // default ModeAuto
+	// SourceTableSize is the per-source LRU size (0: the default 65536).
+	SourceTableSize int
 }
 
 // Attachment is the program attached to one interface, with its pinned
@@ -71,6 +73,9 @@ type Attachment struct {
 	// Adopted reports that a pinned link from an earlier daemon was found
 	// and its program replaced in place, with no gap and no reset.
 	Adopted bool
+	// SourcesReset reports that the per-source table was re-created at a
+	// new size (its buckets start afresh; nothing else does).
+	SourcesReset bool
 
 	objs *maps.Objects
 	link link.Link
@@ -108,12 +113,13 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	}
 	// Maps pinned by an earlier daemon are adopted as they are, state and
 	// all; the library refuses ones whose layout differs.
-	if a.objs, err = maps.Load(maps.Options{PinDir: a.Dir}); err != nil {
+	if a.objs, err = maps.Load(maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize}); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("adopt maps pinned in %s (from an incompatible xlimit; run 'xlimit detach --iface %s' first): %w", a.Dir, iface, err)
 		}
 		return nil, err
 	}
+	a.SourcesReset = a.objs.SourcesReset
 	prog := a.objs.Program()
 
 	pin := filepath.Join(a.Dir, linkPin)

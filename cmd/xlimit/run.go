@@ -28,6 +28,7 @@ type runFlags struct {
 	stateDir     string
 	logLevel     string
 	detachOnExit bool
+	sourceTable  int
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
@@ -44,6 +45,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.bpffs, "bpffs", loader.DefaultBPFFS, "bpffs mount point (mounted if missing)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/xlimit", "directory for the last good rules file")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&f.sourceTable, "source-table-size", 0, "per-source LRU table size (overrides source_table_size in the file)")
 	fs.BoolVar(&f.detachOnExit, "detach-on-exit", false, "detach from the interfaces when the daemon stops (default: protection outlives the daemon)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -123,14 +125,21 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		err = errors.Join(err, d.close())
 	}()
 
+	sources := cfg.SourceTableSize
+	if d.flags.sourceTable > 0 {
+		sources = d.flags.sourceTable
+	}
 	for _, iface := range ifaces {
-		a, err := loader.Attach(iface, loader.Options{BPFFS: d.flags.bpffs, Mode: d.mode})
+		a, err := loader.Attach(iface, loader.Options{BPFFS: d.flags.bpffs, Mode: d.mode, SourceTableSize: sources})
 		if err != nil {
 			return err
 		}
 		d.attach = append(d.attach, a)
 		id, _ := a.ProgramID()
 		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
+		if a.SourcesReset {
+			d.log.Warn("the per-source table changed size: per-source buckets start afresh", "iface", iface, "size", sources)
+		}
 		if a.Adopted {
 			// Compile against what the earlier daemon left so that every
 			// rule keeps its slot, bucket and counters.

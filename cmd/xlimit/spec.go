@@ -30,6 +30,12 @@ func dataplaneSpec(cfg *config.Config) *dataplane.Spec {
 		for _, p := range r.MergedPorts() {
 			rs.Ports = append(rs.Ports, dataplane.PortRange{Lo: p.Lo, Hi: p.Hi})
 		}
+		if ps := r.PerSource; ps != nil {
+			rs.PerSource = &dataplane.PerSourceSpec{Rate: ps.Rate, Burst: ps.Burst, PrefixV4: ps.PrefixV4, PrefixV6: ps.PrefixV6}
+			if ps.Ban != nil {
+				rs.PerSource.BanAfter, rs.PerSource.BanDuration = ps.Ban.After, ps.Ban.Duration
+			}
+		}
 		s.Rules = append(s.Rules, rs)
 	}
 	return s
@@ -51,9 +57,6 @@ func notEnforced(cfg *config.Config) []string {
 		}
 		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
 			add(r, "paced queue: kernel; paced with queue: none applies")
-		}
-		if r.PerSource != nil {
-			add(r, "per_source limits; only the rule-wide bucket applies")
 		}
 		if r.Concurrency != nil {
 			add(r, "concurrency limits")

@@ -40,6 +40,23 @@ type ruleStatus struct {
 	RateSource string        `json:"rate_source"` // static | control
 	Shadow     bool          `json:"shadow"`
 	Counters   counterStatus `json:"counters"`
+	// PerSource is the per-source limit, with the sources dropped most.
+	PerSource *perSourceStatus `json:"per_source,omitempty"`
+}
+
+type perSourceStatus struct {
+	Rate       float64        `json:"rate"`
+	Burst      float64        `json:"burst"`
+	PrefixV4   int            `json:"prefix_v4"`
+	PrefixV6   int            `json:"prefix_v6"`
+	Ban        bool           `json:"ban"`
+	TopSources []sourceStatus `json:"top_sources"`
+}
+
+type sourceStatus struct {
+	Prefix string `json:"prefix"`
+	Drops  uint64 `json:"drops"`
+	Banned bool   `json:"banned"`
 }
 
 type counterStatus struct {
@@ -102,6 +119,9 @@ func cmdStatus(_ context.Context, e *env, args []string) error {
 	return nil
 }
 
+// topSources is how many of the most dropped sources status lists per rule.
+const topSources = 10
+
 func readStatus(bpffs, iface string) (ifaceStatus, error) {
 	st := ifaceStatus{Iface: iface, PinDir: loader.PinDir(bpffs, iface)}
 	ls, err := loader.Inspect(bpffs, iface)
@@ -140,6 +160,24 @@ func readStatus(bpffs, iface string) (ifaceStatus, error) {
 		if lim, err := t.Limit(slot); err == nil && lim.Epoch == r.Epoch && now < lim.DeadlineNS {
 			rs.Rate, rs.Burst, rs.RateSource = lim.Bucket.Rate(), lim.Bucket.Burst(), "control"
 		}
+		if r.Flags&dataplane.RulePerSource != 0 {
+			ps := &perSourceStatus{
+				Rate: r.Source.Rate(), Burst: r.Source.Burst(),
+				PrefixV4: int(r.Prefix4), PrefixV6: int(r.Prefix6), Ban: r.Flags&dataplane.RuleBan != 0,
+				TopSources: []sourceStatus{},
+			}
+			top, err := t.Sources(slot, topSources)
+			if err != nil {
+				return st, err
+			}
+			for _, src := range top {
+				if src.Drops == 0 || src.Epoch != r.Epoch {
+					continue
+				}
+				ps.TopSources = append(ps.TopSources, sourceStatus{Prefix: src.Prefix.String(), Drops: src.Drops, Banned: src.BannedUntilNS > now})
+			}
+			rs.PerSource = ps
+		}
 		st.Rules = append(st.Rules, rs)
 	}
 	st.Total = toCounterStatus(&counters[dataplane.GlobalSlot])
@@ -164,6 +202,25 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 	}
 	fmt.Fprintf(tw, "(all packets)\t\t\t\t\t%d\t%d\t\t\n", st.Total.Packets["pass"], st.Total.Packets["drop"])
 	tw.Flush()
+	for _, r := range st.Rules {
+		ps := r.PerSource
+		if ps == nil {
+			continue
+		}
+		fmt.Fprintf(w, "  %s: per source %.6g/s burst %.6g (/%d, /%d)", r.Name, ps.Rate, ps.Burst, ps.PrefixV4, ps.PrefixV6)
+		if len(ps.TopSources) == 0 {
+			fmt.Fprintln(w, ", no source dropped")
+			continue
+		}
+		fmt.Fprintln(w, ", most dropped:")
+		for _, src := range ps.TopSources {
+			banned := ""
+			if src.Banned {
+				banned = " (banned)"
+			}
+			fmt.Fprintf(w, "    %-43s %12d%s\n", src.Prefix, src.Drops, banned)
+		}
+	}
 	if len(st.Total.Reasons) > 0 {
 		fmt.Fprintf(w, "  by reason:")
 		for r := range dataplane.ReasonMax {
