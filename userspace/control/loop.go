@@ -1,0 +1,295 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"time"
+
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// Kernel is what the loop needs of one interface's maps.
+type Kernel interface {
+	Counters(slot int) (dataplane.Counters, error)
+	SetLimit(slot int, l dataplane.Limit) error
+}
+
+// Target is a rule's place on one interface: the loop reads the rule's
+// counters there and writes its rate there.
+type Target struct {
+	Kernel Kernel
+	Slot   int
+	Epoch  uint32
+}
+
+// RuleSpec is what the loop steers of one rule. Rules whose behavior is
+// reject or paced need no steering: the kernel's static bucket is all.
+type RuleSpec struct {
+	Name     string
+	Behavior config.Behavior
+	Rate     float64 // the static rate of the rules file
+	Burst    float64 // the static burst (EffectiveBurst)
+	Bytes    bool
+	WarmUp   *config.WarmUp
+	Paced    *config.Paced
+	Adaptive *config.Adaptive
+	Ports    []config.PortRange
+	SynOnly  bool
+}
+
+// Dynamic reports whether the rule needs the loop.
+func (r *RuleSpec) Dynamic() bool {
+	switch r.Behavior {
+	case config.BehaviorWarmUp, config.BehaviorWarmUpPaced, config.BehaviorAdaptive:
+		return true
+	}
+	return false
+}
+
+// Sampler reads an adaptive rule's signals for one tick without blocking;
+// what it cannot read this tick it marks stale. used is the rule's admitted
+// rate over the last tick, from the kernel's counters.
+type Sampler interface {
+	Sample(rule *RuleSpec, used float64) Signals
+}
+
+// RuleReport is one rule's state after a tick.
+type RuleReport struct {
+	Name    string
+	Rate    float64 // the rate written to the kernel
+	Burst   float64
+	State   string // warming, warm, or the AIMD action
+	Latency time.Duration
+	Stale   bool
+	Err     error // a kernel read or write failed
+}
+
+// TickReport is the outcome of one tick.
+type TickReport struct {
+	Start    time.Time
+	Duration time.Duration
+	Rules    []RuleReport
+}
+
+// Loop is the control loop: every period it reads each dynamic rule's
+// counters and signals, computes its rate with the rule's law and writes it
+// to the kernel with a deadline. If the loop stops, the deadlines pass and
+// the kernel falls back to the static rates (fail-static).
+type Loop struct {
+	clock   Clock
+	monoNS  func() uint64
+	period  time.Duration
+	hold    time.Duration
+	sampler Sampler
+	rules   []*ruleState
+}
+
+type ruleState struct {
+	spec    RuleSpec
+	targets []Target
+	warm    *WarmUp
+	aimd    *AIMD
+
+	primed      bool
+	lastTick    time.Time
+	lastPass    uint64 // passed units, all targets
+	second      int64  // Unix second of secPass
+	secPass     uint64 // passed units at the start of the current second
+	secSeen     uint64 // packets seen at the start of the current second
+	prevSecSeen uint64 // packets seen at the start of the previous second
+	prevSecPass uint64 // passed units in the previous whole second
+	rate, burst float64
+	state       string
+	latency     time.Duration
+}
+
+// NewLoop returns a loop. monoNS reads the clock of the kernel's deadlines
+// (CLOCK_MONOTONIC); hold is how long a written rate stays in force without
+// a refresh.
+func NewLoop(clock Clock, monoNS func() uint64, period, hold time.Duration, sampler Sampler) (*Loop, error) {
+	if period < 10*time.Millisecond || period > 500*time.Millisecond {
+		return nil, fmt.Errorf("new loop: period %v: %w (10ms to 500ms)", period, ErrInvalid)
+	}
+	if hold < 2*period {
+		return nil, fmt.Errorf("new loop: hold %v below two periods: %w", hold, ErrInvalid)
+	}
+	return &Loop{clock: clock, monoNS: monoNS, period: period, hold: hold, sampler: sampler}, nil
+}
+
+// Period is the tick period.
+func (l *Loop) Period() time.Duration { return l.period }
+
+// Configure sets the rules to steer and where they live. A rule whose spec
+// is unchanged keeps its law's state (warm-up progress, AIMD rate); a new
+// or changed rule starts afresh.
+func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
+	old := make(map[string]*ruleState, len(l.rules))
+	for _, r := range l.rules {
+		old[r.spec.Name] = r
+	}
+	var next []*ruleState
+	for _, spec := range rules {
+		if !spec.Dynamic() {
+			continue
+		}
+		if st, ok := old[spec.Name]; ok && reflect.DeepEqual(st.spec, spec) {
+			st.targets = targets[spec.Name]
+			next = append(next, st)
+			continue
+		}
+		st := &ruleState{spec: spec, targets: targets[spec.Name], rate: spec.Rate, burst: spec.Burst}
+		switch spec.Behavior {
+		case config.BehaviorWarmUp, config.BehaviorWarmUpPaced:
+			w, err := NewWarmUp(spec.Rate, spec.WarmUp.Period, spec.WarmUp.ColdFactor)
+			if err != nil {
+				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
+			}
+			st.warm = w
+		case config.BehaviorAdaptive:
+			a, err := NewAIMD(*spec.Adaptive, spec.Rate)
+			if err != nil {
+				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
+			}
+			st.aimd = a
+		}
+		next = append(next, st)
+	}
+	l.rules = next
+	return nil
+}
+
+// Run ticks every period until ctx ends. afterTick, when not nil, gets each
+// tick's report (the daemon exports it and pings systemd's watchdog from
+// it: a stuck loop stops the pings).
+func (l *Loop) Run(ctx context.Context, afterTick func(TickReport)) {
+	t := time.NewTicker(l.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rep := l.Tick()
+			if afterTick != nil {
+				afterTick(rep)
+			}
+		}
+	}
+}
+
+// Tick runs one control period.
+func (l *Loop) Tick() TickReport {
+	now := l.clock.Now()
+	rep := TickReport{Start: now}
+	for _, r := range l.rules {
+		rep.Rules = append(rep.Rules, l.tickRule(r, now))
+	}
+	rep.Duration = l.clock.Now().Sub(now)
+	return rep
+}
+
+func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
+	rep := RuleReport{Name: r.spec.Name}
+	pass, seen, err := r.read()
+	if err != nil {
+		// Keep the last rate; the deadline will pass if this persists.
+		rep.Err, rep.Stale = err, true
+		rep.Rate, rep.Burst, rep.State, rep.Latency = r.rate, r.burst, r.state, r.latency
+		return rep
+	}
+	sec := now.Unix()
+	if !r.primed {
+		r.primed, r.second, r.secPass, r.secSeen, r.prevSecSeen = true, sec, pass, seen, seen
+		r.lastTick, r.lastPass = now, pass
+	}
+	if sec != r.second {
+		// The previous whole second's count; after a gap of several
+		// seconds the loop saw none of them whole, and Sentinel would
+		// see nothing passed in the previous one.
+		r.prevSecPass = 0
+		r.prevSecSeen = seen
+		if sec == r.second+1 {
+			r.prevSecPass = pass - r.secPass
+			r.prevSecSeen = r.secSeen
+		}
+		r.second, r.secPass, r.secSeen = sec, pass, seen
+	}
+	dt := now.Sub(r.lastTick).Seconds()
+	used := 0.0
+	if dt > 0 {
+		used = float64(pass-r.lastPass) / dt
+	}
+	r.lastTick, r.lastPass = now, pass
+
+	rate, burst := r.rate, r.burst
+	switch {
+	case r.warm != nil:
+		// Sentinel syncs its tokens on the first request of a second; the
+		// loop syncs on the first tick of a second in which, or in the
+		// second before which, the rule saw traffic. An idle rule is not
+		// synced, so it cools down as in Sentinel (see WarmUp.Rate).
+		rate = r.warm.Rate(now, r.prevSecPass, seen > r.prevSecSeen)
+		r.state = "warm"
+		if rate < r.spec.Rate {
+			r.state = "warming"
+		}
+		// The burst shrinks with the rate: a cold service must not take
+		// a whole second of the stable rate at once.
+		burst = r.spec.Burst * rate / r.spec.Rate
+		if r.spec.Behavior == config.BehaviorWarmUpPaced {
+			burst = PacedBurst(rate, r.spec.Paced.MaxQueueingTime)
+		}
+	case r.aimd != nil:
+		sig := Signals{LatencyStale: true, ErrorsStale: true, CPUStale: true, UsedRate: used}
+		if l.sampler != nil {
+			sig = l.sampler.Sample(&r.spec, used)
+		}
+		step := r.aimd.Step(sig)
+		rate = step.Rate
+		burst = r.spec.Burst * rate / r.spec.Rate
+		r.state, r.latency = step.Action.String(), step.Smoothed
+		rep.Stale = step.Action == ActionHoldStale
+	}
+	if !r.spec.Bytes {
+		burst = math.Max(burst, 1)
+	}
+	r.rate, r.burst = rate, burst
+	rep.Rate, rep.Burst, rep.State, rep.Latency = rate, burst, r.state, r.latency
+	rep.Err = r.write(rate, burst, l.monoNS()+uint64(l.hold))
+	return rep
+}
+
+// read sums the rule's passed units and seen packets over its targets.
+func (r *ruleState) read() (pass, seen uint64, err error) {
+	for _, t := range r.targets {
+		c, err := t.Kernel.Counters(t.Slot)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read counters of %s: %w", r.spec.Name, err)
+		}
+		if r.spec.Bytes {
+			pass += c.Bytes[dataplane.VerdictPass]
+		} else {
+			pass += c.Packets[dataplane.VerdictPass]
+		}
+		for v := range dataplane.VerdictMax {
+			seen += c.Packets[v]
+		}
+	}
+	return pass, seen, nil
+}
+
+func (r *ruleState) write(rate, burst float64, deadline uint64) error {
+	b, err := dataplane.NewBucket(rate, burst, r.spec.Bytes)
+	if err != nil {
+		return fmt.Errorf("rate of %s: %w", r.spec.Name, err)
+	}
+	for _, t := range r.targets {
+		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch}); err != nil {
+			return fmt.Errorf("write rate of %s: %w", r.spec.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package control
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// fakeKernel simulates one interface: a saturating source offered more
+// than any rate, admitted at exactly the rate in force.
+type fakeKernel struct {
+	counters map[int]*dataplane.Counters
+	limits   map[int]dataplane.Limit
+	failRead bool
+}
+
+func newFakeKernel() *fakeKernel {
+	return &fakeKernel{counters: map[int]*dataplane.Counters{}, limits: map[int]dataplane.Limit{}}
+}
+
+func (k *fakeKernel) Counters(slot int) (dataplane.Counters, error) {
+	if k.failRead {
+		return dataplane.Counters{}, errors.New("injected read failure")
+	}
+	if c := k.counters[slot]; c != nil {
+		return *c, nil
+	}
+	return dataplane.Counters{}, nil
+}
+
+func (k *fakeKernel) SetLimit(slot int, l dataplane.Limit) error {
+	k.limits[slot] = l
+	return nil
+}
+
+// admit adds n passed packets (and some drops) to a slot.
+func (k *fakeKernel) admit(slot int, n uint64) {
+	c := k.counters[slot]
+	if c == nil {
+		c = &dataplane.Counters{}
+		k.counters[slot] = c
+	}
+	c.Packets[dataplane.VerdictPass] += n
+	c.Packets[dataplane.VerdictDrop] += 100
+}
+
+func warmRule() RuleSpec {
+	return RuleSpec{Name: "w", Behavior: config.BehaviorWarmUp, Rate: 10, Burst: 10,
+		WarmUp: &config.WarmUp{Period: 10 * time.Second, ColdFactor: 3}}
+}
+
+// Under saturating traffic the loop reproduces DESIGN.md 5.2's ramp: the
+// kernel admits ⌊rate⌋ per second at the rate the loop put in force.
+func TestLoopWarmUpRamp(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	var mono uint64 = 5e9
+	k := newFakeKernel()
+	loop, err := NewLoop(clock, func() uint64 { return mono }, 50*time.Millisecond, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := loop.Configure([]RuleSpec{warmRule()}, map[string][]Target{"w": {{Kernel: k, Slot: 3, Epoch: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{3.33, 3.47, 3.62, 3.79, 3.97, 4.17, 4.46, 4.81, 5.21, 5.81, 6.58, 7.81, 10, 10}
+	var got []float64
+	k.admit(3, 0)
+	for sec := range len(want) {
+		// The rate in force during this second is the one written at its
+		// first tick; the kernel admits ⌊rate⌋ over the second.
+		var rate float64
+		for tick := range 20 {
+			rep := loop.Tick()
+			if len(rep.Rules) != 1 || rep.Rules[0].Err != nil {
+				t.Fatalf("tick: %+v", rep)
+			}
+			if tick == 0 {
+				rate = rep.Rules[0].Rate
+				got = append(got, math.Round(rate*100)/100)
+			}
+			clock.Advance(50 * time.Millisecond)
+			mono += 50e6
+		}
+		k.admit(3, uint64(math.Floor(rate)))
+		_ = sec
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("second %d: rate %.2f, want %.2f (all: %v)", i+1, got[i], want[i], got)
+			break
+		}
+	}
+	lim := k.limits[3]
+	if lim.Epoch != 7 || lim.DeadlineNS != mono-50e6+uint64(time.Second) {
+		t.Errorf("limit epoch %d deadline %d (mono %d)", lim.Epoch, lim.DeadlineNS, mono)
+	}
+	if r := lim.Bucket.Rate(); math.Abs(r-10) > 1e-6 {
+		t.Errorf("warm rate in the kernel: %v", r)
+	}
+}
+
+func TestLoopKeepsStateAcrossConfigure(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, nil)
+	targets := map[string][]Target{"w": {{Kernel: k, Slot: 0, Epoch: 1}}}
+	if err := loop.Configure([]RuleSpec{warmRule(), {Name: "static", Behavior: config.BehaviorReject, Rate: 5, Burst: 5}}, targets); err != nil {
+		t.Fatal(err)
+	}
+	if len(loop.rules) != 1 {
+		t.Fatalf("the loop steers %d rules; a reject rule needs none", len(loop.rules))
+	}
+	// Warm up fully.
+	for range 40 {
+		loop.Tick()
+		clock.Advance(time.Second)
+		k.admit(0, 10)
+	}
+	if r := loop.Tick().Rules[0].Rate; r != 10 {
+		t.Fatalf("not warm after 40 s: %v", r)
+	}
+	// Unchanged: still warm.
+	if err := loop.Configure([]RuleSpec{warmRule()}, targets); err != nil {
+		t.Fatal(err)
+	}
+	if r := loop.Tick().Rules[0].Rate; r != 10 {
+		t.Errorf("an unchanged rule lost its warm-up: %v", r)
+	}
+	// Changed: cold again.
+	changed := warmRule()
+	changed.WarmUp = &config.WarmUp{Period: 20 * time.Second, ColdFactor: 3}
+	if err := loop.Configure([]RuleSpec{changed}, targets); err != nil {
+		t.Fatal(err)
+	}
+	if r := loop.Tick().Rules[0].Rate; math.Abs(r-10.0/3) > 0.01 {
+		t.Errorf("a changed rule did not start cold: %v", r)
+	}
+}
+
+type fakeSampler struct{ sig Signals }
+
+func (f *fakeSampler) Sample(_ *RuleSpec, used float64) Signals {
+	s := f.sig
+	s.UsedRate = used
+	return s
+}
+
+// A latency step above the target cuts the rate the kernel gets within two
+// ticks; a stale signal holds it; a failed counter read writes nothing.
+func TestLoopAdaptive(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	s := &fakeSampler{sig: Signals{Latency: 5 * time.Millisecond, CPU: 0.1}}
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, s)
+	ad := config.Adaptive{TargetLatency: 25 * time.Millisecond, MinRate: 1000, MaxRate: 12000,
+		KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05, Signal: config.SignalAcceptQueue}
+	spec := RuleSpec{Name: "a", Behavior: config.BehaviorAdaptive, Rate: 4000, Burst: 4000, Adaptive: &ad}
+	if err := loop.Configure([]RuleSpec{spec}, map[string][]Target{"a": {{Kernel: k, Slot: 1, Epoch: 9}}}); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() RuleReport {
+		k.admit(1, 200) // 4000/s over 50 ms: the rule uses its rate
+		clock.Advance(50 * time.Millisecond)
+		return loop.Tick().Rules[0]
+	}
+	for range 20 {
+		tick()
+	}
+	before := k.limits[1].Bucket.Rate()
+	if before <= 4000 {
+		t.Fatalf("below target and fully used, the rate did not grow: %v", before)
+	}
+	s.sig.Latency = 100 * time.Millisecond
+	tick()
+	r2 := tick()
+	if after := k.limits[1].Bucket.Rate(); after >= before || r2.State != "decrease" {
+		t.Errorf("latency step: rate %v -> %v (%s) within two ticks", before, after, r2.State)
+	}
+	s.sig.LatencyStale = true
+	held := k.limits[1].Bucket.Rate()
+	if r := tick(); !r.Stale || math.Abs(k.limits[1].Bucket.Rate()-held) > 1e-6 {
+		t.Errorf("stale signal: %+v, rate %v -> %v", r, held, k.limits[1].Bucket.Rate())
+	}
+	k.failRead = true
+	delete(k.limits, 1)
+	if r := tick(); r.Err == nil || !r.Stale {
+		t.Errorf("failed read: %+v", r)
+	}
+	if _, wrote := k.limits[1]; wrote {
+		t.Error("a tick that could not read its counters wrote a rate")
+	}
+}
+
+func TestNewLoopRejectsBadPeriods(t *testing.T) {
+	for _, c := range []struct{ period, hold time.Duration }{
+		{5 * time.Millisecond, time.Second}, {time.Second, 5 * time.Second}, {50 * time.Millisecond, 60 * time.Millisecond},
+	} {
+		if _, err := NewLoop(RealClock{}, func() uint64 { return 0 }, c.period, c.hold, nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("NewLoop(%v, %v): %v", c.period, c.hold, err)
+		}
+	}
+}
