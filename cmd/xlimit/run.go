@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -29,6 +32,8 @@ type runFlags struct {
 	logLevel     string
 	detachOnExit bool
 	sourceTable  int
+	period       time.Duration
+	failStatic   time.Duration
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
@@ -45,6 +50,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.bpffs, "bpffs", loader.DefaultBPFFS, "bpffs mount point (mounted if missing)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/xlimit", "directory for the last good rules file")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.period, "control-period", 50*time.Millisecond, "control loop period (10ms to 500ms)")
+	fs.DurationVar(&f.failStatic, "fail-static-after", time.Second, "how long a rate from the control loop stays in force without a refresh; then the static rate applies")
 	fs.IntVar(&f.sourceTable, "source-table-size", 0, "per-source LRU table size (overrides source_table_size in the file)")
 	fs.BoolVar(&f.detachOnExit, "detach-on-exit", false, "detach from the interfaces when the daemon stops (default: protection outlives the daemon)")
 	if err := parseFlags(fs, args); err != nil {
@@ -63,7 +70,11 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
-	d := &daemon{flags: f, mode: mode, log: log}
+	loop, err := control.NewLoop(control.RealClock{}, monotonicNS, f.period, f.failStatic, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	d := &daemon{flags: f, mode: mode, log: log, loop: loop}
 	return d.run(ctx)
 }
 
@@ -74,6 +85,8 @@ type daemon struct {
 	cfg     *config.Config
 	attach  []*loader.Attachment
 	metrics *metricsServer
+	loop    *control.Loop
+	dog     watchdog
 
 	mu    sync.Mutex // guards plans against the metrics collector
 	plans map[string]*dataplane.Plan
@@ -169,11 +182,16 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		d.log.Warn("--api-socket is not served by this version", "socket", d.flags.apiSocket)
 	}
 	sdNotify("READY=1")
-	d.log.Info("enforcing", "rules", len(cfg.Rules), "interfaces", ifaces)
+	d.dog = newWatchdog()
+	d.log.Info("enforcing", "rules", len(cfg.Rules), "interfaces", ifaces, "control_period", d.loop.Period())
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// One goroutine owns the loop: ticks and reloads never interleave, and a
+	// stuck tick stops the watchdog pings.
+	tick := time.NewTicker(d.loop.Period())
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -182,8 +200,22 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			return nil
 		case <-hup:
 			d.reload()
+		case <-tick.C:
+			d.afterTick(d.loop.Tick())
 		}
 	}
+}
+
+// afterTick exports a tick's outcome, logs what went wrong, and tells
+// systemd the loop is alive.
+func (d *daemon) afterTick(rep control.TickReport) {
+	d.metrics.tick(rep)
+	for _, r := range rep.Rules {
+		if r.Err != nil {
+			d.log.Warn("control tick", "rule", r.Name, "err", r.Err)
+		}
+	}
+	d.dog.ping(rep.Start)
 }
 
 // reload re-reads the rules file. All or nothing: a file that does not
@@ -229,7 +261,39 @@ func (d *daemon) apply(cfg *config.Config) error {
 		d.mu.Unlock()
 	}
 	d.cfg = cfg
+	rules, targets := d.controlRules(cfg)
+	if err := d.loop.Configure(rules, targets); err != nil {
+		return fmt.Errorf("configure the control loop: %w", err)
+	}
+	// Put the steered rates in force now, not a period later: a new
+	// warm-up rule must not run at its full static rate meanwhile.
+	d.afterTick(d.loop.Tick())
 	return nil
+}
+
+// controlRules tells the loop which rules to steer and where they live.
+func (d *daemon) controlRules(cfg *config.Config) ([]control.RuleSpec, map[string][]control.Target) {
+	var rules []control.RuleSpec
+	targets := map[string][]control.Target{}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		spec := control.RuleSpec{
+			Name: r.Name, Behavior: r.Behavior, Rate: r.Rate, Burst: r.EffectiveBurst(),
+			Bytes: r.Unit == config.UnitBytes, WarmUp: r.WarmUp, Paced: r.Paced, Adaptive: r.Adaptive,
+			Ports: r.MergedPorts(), SynOnly: r.SynOnly,
+		}
+		if !spec.Dynamic() {
+			continue
+		}
+		rules = append(rules, spec)
+		for _, a := range d.attach {
+			p := d.plans[a.Iface]
+			if slot := p.Slot(r.Name); slot >= 0 {
+				targets[r.Name] = append(targets[r.Name], control.Target{Kernel: a.Tables(), Slot: slot, Epoch: p.Rules[slot].Epoch})
+			}
+		}
+	}
+	return rules, targets
 }
 
 func (d *daemon) warn(cfg *config.Config) {
@@ -268,6 +332,32 @@ func (d *daemon) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// watchdog pings systemd's watchdog (WATCHDOG=1) at half the interval
+// systemd asked for in WATCHDOG_USEC, when it asked.
+type watchdog struct {
+	every time.Duration
+	last  time.Time
+}
+
+func newWatchdog() watchdog {
+	usec, err := strconv.ParseInt(os.Getenv("WATCHDOG_USEC"), 10, 64)
+	if err != nil || usec <= 0 {
+		return watchdog{}
+	}
+	if pid := os.Getenv("WATCHDOG_PID"); pid != "" && pid != strconv.Itoa(os.Getpid()) {
+		return watchdog{}
+	}
+	return watchdog{every: time.Duration(usec) * time.Microsecond / 2}
+}
+
+func (w *watchdog) ping(now time.Time) {
+	if w.every == 0 || now.Sub(w.last) < w.every {
+		return
+	}
+	w.last = now
+	sdNotify("WATCHDOG=1")
 }
 
 // sdNotify sends a state line to systemd when it started us with

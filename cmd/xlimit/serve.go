@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/metrics"
 )
 
@@ -49,6 +50,18 @@ func (m *metricsServer) reload(result string) {
 	if m != nil {
 		m.collector.Reload(result)
 	}
+}
+
+// tick records a control tick; a nil *metricsServer ignores it.
+func (m *metricsServer) tick(rep control.TickReport) {
+	if m == nil {
+		return
+	}
+	rules := make([]metrics.RuleControl, 0, len(rep.Rules))
+	for _, r := range rep.Rules {
+		rules = append(rules, metrics.RuleControl{Rule: r.Name, State: r.State, Latency: r.Latency, Signal: r.Signal, Stale: r.Stale})
+	}
+	m.collector.ObserveTick(rep.Duration, rules)
 }
 
 func (m *metricsServer) close() error {

@@ -51,9 +51,8 @@ func notEnforced(cfg *config.Config) []string {
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		switch r.Behavior {
-		case config.BehaviorWarmUp, config.BehaviorWarmUpPaced, config.BehaviorAdaptive:
-			add(r, fmt.Sprintf("behavior %s needs the control loop; the static rate applies", r.Behavior))
+		if r.Behavior == config.BehaviorAdaptive {
+			add(r, "behavior adaptive: its signals are not read yet; the loop holds the rule's rate")
 		}
 		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
 			add(r, "paced queue: kernel; paced with queue: none applies")

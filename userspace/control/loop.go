@@ -63,6 +63,7 @@ type RuleReport struct {
 	Burst   float64
 	State   string // warming, warm, or the AIMD action
 	Latency time.Duration
+	Signal  string // what steers the rule: counters (warm-up) or the adaptive signal
 	Stale   bool
 	Err     error // a kernel read or write failed
 }
@@ -192,7 +193,10 @@ func (l *Loop) Tick() TickReport {
 }
 
 func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
-	rep := RuleReport{Name: r.spec.Name}
+	rep := RuleReport{Name: r.spec.Name, Signal: "counters"}
+	if r.spec.Adaptive != nil {
+		rep.Signal = string(r.spec.Adaptive.Signal)
+	}
 	pass, seen, err := r.read()
 	if err != nil {
 		// Keep the last rate; the deadline will pass if this persists.

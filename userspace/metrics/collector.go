@@ -5,6 +5,9 @@
 package metrics
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -32,6 +35,20 @@ type Collector struct {
 	packets, bytes, drops, rate, ifacePackets *prometheus.Desc
 	errors                                    prometheus.Counter
 	reloads                                   *prometheus.CounterVec
+
+	latency, state, stale *prometheus.Desc
+	tick                  prometheus.Histogram
+	mu                    sync.Mutex
+	control               []RuleControl
+}
+
+// RuleControl is a steered rule's state after a control tick.
+type RuleControl struct {
+	Rule    string
+	State   string        // warming, warm, or the AIMD action
+	Latency time.Duration // smoothed observed latency (adaptive rules)
+	Signal  string        // the signal the rule is steered by
+	Stale   bool          // the signal could not be read this tick
 }
 
 // NewCollector returns a collector. nowNS reads the clock that the kernel's
@@ -63,7 +80,30 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			Name: "xlimit_config_reloads_total",
 			Help: "Rules reloads, by result (success, failure).",
 		}, []string{"result"}),
+		latency: prometheus.NewDesc("xlimit_rule_latency_seconds",
+			"Smoothed queueing latency the control loop observes for an adaptive rule.",
+			[]string{"rule"}, nil),
+		state: prometheus.NewDesc("xlimit_rule_state",
+			"A steered rule's control state (1 for the current one).",
+			[]string{"rule", "state"}, nil),
+		stale: prometheus.NewDesc("xlimit_signal_stale",
+			"1 when the signal steering a rule could not be read at the last tick.",
+			[]string{"rule", "signal"}, nil),
+		tick: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xlimit_control_tick_seconds",
+			Help:    "Duration of control loop ticks.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14),
+		}),
 	}
+}
+
+// ObserveTick records a control tick: its duration and the steered rules'
+// states.
+func (c *Collector) ObserveTick(d time.Duration, rules []RuleControl) {
+	c.tick.Observe(d.Seconds())
+	c.mu.Lock()
+	c.control = rules
+	c.mu.Unlock()
 }
 
 // Reload counts a reload with its result.
@@ -76,8 +116,12 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.ifacePackets} {
 		ch <- d
 	}
+	ch <- c.latency
+	ch <- c.state
+	ch <- c.stale
 	c.errors.Describe(ch)
 	c.reloads.Describe(ch)
+	c.tick.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -123,6 +167,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.ifacePackets, prometheus.CounterValue, float64(n), t.Iface, verdict.String(), reason.String())
 		}
 	}
+	c.mu.Lock()
+	control := c.control
+	c.mu.Unlock()
+	for _, r := range control {
+		if r.Latency > 0 {
+			ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, r.Latency.Seconds(), r.Rule)
+		}
+		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, 1, r.Rule, r.State)
+		stale := 0.0
+		if r.Stale {
+			stale = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, stale, r.Rule, r.Signal)
+	}
 	c.errors.Collect(ch)
 	c.reloads.Collect(ch)
+	c.tick.Collect(ch)
 }
