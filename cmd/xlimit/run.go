@@ -34,6 +34,7 @@ type runFlags struct {
 	sourceTable  int
 	period       time.Duration
 	failStatic   time.Duration
+	stallAfter   time.Duration // fault injection for tests: the loop hangs after this
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
@@ -52,6 +53,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.period, "control-period", 50*time.Millisecond, "control loop period (10ms to 500ms)")
 	fs.DurationVar(&f.failStatic, "fail-static-after", time.Second, "how long a rate from the control loop stays in force without a refresh; then the static rate applies")
+	fs.DurationVar(&f.stallAfter, "test-stall-loop-after", 0, "fault injection for tests: hang the control loop after this long")
+	_ = fs.MarkHidden("test-stall-loop-after")
 	fs.IntVar(&f.sourceTable, "source-table-size", 0, "per-source LRU table size (overrides source_table_size in the file)")
 	fs.BoolVar(&f.detachOnExit, "detach-on-exit", false, "detach from the interfaces when the daemon stops (default: protection outlives the daemon)")
 	if err := parseFlags(fs, args); err != nil {
@@ -192,6 +195,10 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	// stuck tick stops the watchdog pings.
 	tick := time.NewTicker(d.loop.Period())
 	defer tick.Stop()
+	var stall <-chan time.Time
+	if d.flags.stallAfter > 0 {
+		stall = time.After(d.flags.stallAfter)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -202,6 +209,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			d.reload()
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())
+		case <-stall:
+			d.log.Warn("test fault injection: the control loop hangs now")
+			<-ctx.Done()
 		}
 	}
 }

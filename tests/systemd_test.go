@@ -1,0 +1,114 @@
+//go:build linux
+
+package tests
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// notifySocket is a test stand-in for systemd's notification socket.
+type notifySocket struct {
+	conn *net.UnixConn
+	mu   sync.Mutex
+	msgs []notifyMsg
+}
+
+type notifyMsg struct {
+	at   time.Time
+	text string
+}
+
+func newNotifySocket(t *testing.T) (*notifySocket, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &notifySocket{conn: conn}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				return
+			}
+			n.mu.Lock()
+			n.msgs = append(n.msgs, notifyMsg{time.Now(), string(buf[:k])})
+			n.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { conn.Close() })
+	return n, path
+}
+
+func (n *notifySocket) times(text string) []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ts []time.Time
+	for _, m := range n.msgs {
+		if strings.Contains(m.text, text) {
+			ts = append(ts, m.at)
+		}
+	}
+	return ts
+}
+
+// TestSystemdNotify: READY=1 comes after the program is attached and the
+// rules applied; WATCHDOG=1 comes from the control loop at half the
+// interval systemd asks for, and stops when the loop hangs while the
+// process lives on.
+func TestSystemdNotify(t *testing.T) {
+	e := newEnv(t)
+	n, sock := newNotifySocket(t)
+	const watchdog = 400 * time.Millisecond
+	os.Setenv("NOTIFY_SOCKET", sock)
+	os.Setenv("WATCHDOG_USEC", "400000")
+	t.Cleanup(func() {
+		os.Unsetenv("NOTIFY_SOCKET")
+		os.Unsetenv("WATCHDOG_USEC")
+	})
+	const stallAfter = 3 * time.Second
+	d := e.startDaemon(e.writeRules("rules.yaml", limitRules()), "--test-stall-loop-after", stallAfter.String())
+	started := time.Now()
+
+	ready := n.times("READY=1")
+	if len(ready) != 1 {
+		t.Fatalf("READY=1 sent %d times", len(ready))
+	}
+	if st := e.status(); !st.Interfaces[0].Attached || len(st.Interfaces[0].Rules) != 1 {
+		t.Fatalf("READY=1 but not attached with the rules: %+v", st)
+	}
+	d.waitLog("the control loop hangs now", 10*time.Second)
+	time.Sleep(4 * watchdog)
+	select {
+	case <-d.exited:
+		t.Fatalf("the daemon exited: %v", d.exitErr)
+	default:
+	}
+
+	pings := n.times("WATCHDOG=1")
+	var before, after int
+	for _, p := range pings {
+		if p.Before(started.Add(stallAfter - 100*time.Millisecond)) {
+			before++
+		} else if p.After(started.Add(stallAfter + watchdog)) {
+			after++
+		}
+	}
+	// Half the interval: about 2.5 pings a second over the healthy spell.
+	want := int(stallAfter / (watchdog / 2))
+	t.Logf("e2e systemd: READY=1 once, %d WATCHDOG=1 pings while healthy (about %d expected), %d after the loop hung", before, want, after)
+	if before < want*2/3 || before > want+2 {
+		t.Errorf("%d pings in %v with WATCHDOG_USEC=%v, want about %d", before, stallAfter, watchdog, want)
+	}
+	if after != 0 {
+		t.Errorf("%d pings after the control loop hung", after)
+	}
+}
