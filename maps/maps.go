@@ -20,6 +20,9 @@ import (
 // the directory.
 var ErrNotPinned = errors.New("no xlimit maps pinned")
 
+// ErrCapabilities says what loading and attaching need.
+var ErrCapabilities = errors.New("xlimit needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (and CAP_SYS_RESOURCE on kernels before 5.11), or root")
+
 // Options says how to load the program and its maps.
 type Options struct {
 	// PinDir, when set, is a directory on a bpffs where the maps are
@@ -78,6 +81,12 @@ func Load(opts Options) (*Objects, error) {
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
 	})
 	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			// EPERM from map or program creation, EACCES from a verifier
+			// that refuses an unprivileged program: either way a missing
+			// capability, not a bug to debug from a verifier log.
+			return nil, fmt.Errorf("load program: %w: %s", errors.Unwrap(err), ErrCapabilities)
+		}
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load program: %+v", ve)
