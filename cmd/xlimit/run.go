@@ -19,6 +19,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
 type runFlags struct {
@@ -141,6 +142,15 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		err = errors.Join(err, d.close())
 	}()
 
+	// Signals are read in the daemon's network namespace, the one of the
+	// protected services.
+	if sampler, err := xsignal.NewSampler(250 * time.Millisecond); err != nil {
+		d.log.Warn("cannot read signals; adaptive rules hold their rate", "err", err)
+	} else {
+		defer sampler.Close()
+		d.loop.SetSampler(sampler)
+	}
+
 	sources := cfg.SourceTableSize
 	if d.flags.sourceTable > 0 {
 		sources = d.flags.sourceTable
@@ -224,6 +234,7 @@ func (d *daemon) afterTick(rep control.TickReport) {
 		if r.Err != nil {
 			d.log.Warn("control tick", "rule", r.Name, "err", r.Err)
 		}
+		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale)
 	}
 	d.dog.ping(rep.Start)
 }

@@ -51,8 +51,8 @@ func notEnforced(cfg *config.Config) []string {
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		if r.Behavior == config.BehaviorAdaptive {
-			add(r, "behavior adaptive: its signals are not read yet; the loop holds the rule's rate")
+		if r.Adaptive != nil && r.Adaptive.Signal != config.SignalAcceptQueue {
+			add(r, fmt.Sprintf("adaptive signal %s is not read yet; the loop holds the rule's rate", r.Adaptive.Signal))
 		}
 		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
 			add(r, "paced queue: kernel; paced with queue: none applies")

@@ -120,6 +120,10 @@ func NewLoop(clock Clock, monoNS func() uint64, period, hold time.Duration, samp
 	return &Loop{clock: clock, monoNS: monoNS, period: period, hold: hold, sampler: sampler}, nil
 }
 
+// SetSampler sets what reads adaptive rules' signals (nil: none, and
+// adaptive rules hold their rate).
+func (l *Loop) SetSampler(s Sampler) { l.sampler = s }
+
 // Period is the tick period.
 func (l *Loop) Period() time.Duration { return l.period }
 

@@ -1,0 +1,146 @@
+package signal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/control"
+)
+
+// Sampler feeds adaptive rules with signals read without changing the
+// protected services: the accept queue of their ports (sock_diag), the
+// host's listen overflows as the error rate, and the host's CPU usage. It
+// implements control.Sampler. It reads in the network namespace of the
+// thread that created it, and is used from one goroutine (the loop's).
+type Sampler struct {
+	diag    *Diag
+	netstat *NetStat
+	cpu     *CPU
+	clock   func() time.Time
+	timeout time.Duration
+
+	// Host-wide readings are taken once per tick and shared by the rules.
+	at       time.Time
+	cpuUsage float64
+	cpuFresh bool
+	errRate  float64
+	errFresh bool
+	openRate float64 // connections accepted into listen queues, per second
+	openOK   bool
+	prevNet  NetCounters
+	prevAt   time.Time
+	havePrev bool
+}
+
+// NewSampler opens the sockets and files the sampler reads.
+func NewSampler(cpuWindow time.Duration) (*Sampler, error) {
+	pfs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil, fmt.Errorf("open procfs: %w", err)
+	}
+	cpu, err := NewHostCPU(pfs, cpuWindow)
+	if err != nil {
+		return nil, err
+	}
+	diag, err := NewDiag()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := OpenNetStat()
+	if err != nil {
+		diag.Close()
+		return nil, err
+	}
+	return &Sampler{diag: diag, netstat: ns, cpu: cpu, clock: time.Now, timeout: 20 * time.Millisecond}, nil
+}
+
+// Close releases the sockets and files.
+func (s *Sampler) Close() error {
+	return errors.Join(s.diag.Close(), s.netstat.Close())
+}
+
+// host reads the host-wide signals once per tick.
+func (s *Sampler) host(now time.Time) {
+	if now.Sub(s.at) < 10*time.Millisecond {
+		return
+	}
+	s.at = now
+	usage, fresh, err := s.cpu.Sample()
+	s.cpuUsage, s.cpuFresh = usage, fresh && err == nil
+	s.errFresh, s.openOK = false, false
+	cur, err := s.netstat.Read()
+	if err != nil {
+		return
+	}
+	if s.havePrev {
+		if d, ok := cur.Sub(s.prevNet); ok {
+			// Listen overflows per connection attempt that reached a
+			// listener (accepted into the queue or refused by it).
+			attempts := float64(d.PassiveOpens + d.ListenOverflows)
+			s.errRate, s.errFresh = 0, true
+			if attempts > 0 {
+				s.errRate = float64(d.ListenOverflows) / attempts
+			}
+			if dt := now.Sub(s.prevAt).Seconds(); dt > 0 {
+				s.openRate, s.openOK = float64(d.PassiveOpens)/dt, true
+			}
+		}
+	}
+	s.prevNet, s.prevAt, s.havePrev = cur, now, true
+}
+
+// Sample implements control.Sampler.
+func (s *Sampler) Sample(rule *control.RuleSpec, used float64) control.Signals {
+	now := s.clock()
+	s.host(now)
+	sig := control.Signals{
+		UsedRate:     used,
+		CPU:          s.cpuUsage,
+		CPUStale:     !s.cpuFresh,
+		ErrorRate:    s.errRate,
+		ErrorsStale:  !s.errFresh,
+		LatencyStale: true,
+	}
+	if rule.Adaptive == nil || rule.Adaptive.Signal != config.SignalAcceptQueue || len(rule.Ports) == 0 {
+		return sig
+	}
+	ranges := make([]PortRange, 0, len(rule.Ports))
+	for _, p := range rule.Ports {
+		ranges = append(ranges, PortRange{First: p.Lo, Last: p.Hi})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	queues, err := s.diag.AcceptQueue(ctx, ranges)
+	if err != nil {
+		return sig
+	}
+	var depth uint64
+	for _, q := range queues {
+		depth += q.Queued
+	}
+	// Little's law: the wait in the accept queue is its depth over the
+	// rate connections arrive into it: for a SYN-only rule what the
+	// kernel admitted, otherwise the host's passive opens (an
+	// approximation when other ports take connections too). An empty
+	// queue is no wait whatever the rate.
+	if depth == 0 {
+		sig.Latency, sig.LatencyStale = 0, false
+		return sig
+	}
+	arrivals, ok := used, rule.SynOnly
+	if !ok {
+		arrivals, ok = s.openRate, s.openOK
+	}
+	if !ok {
+		return sig
+	}
+	if w, ok := Littles(float64(depth), arrivals); ok {
+		sig.Latency, sig.LatencyStale = w, false
+	}
+	return sig
+}
