@@ -24,7 +24,7 @@ help: ## Show this help.
 
 # Debian 12 packages the build and the tests need (what .ci/run installs).
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
-	netsniff-ng nftables iptables bpftool make git ca-certificates
+	netsniff-ng nftables iptables bpftool make git ca-certificates systemd
 
 .PHONY: deps
 deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
@@ -58,8 +58,8 @@ lint: ## gofmt, go vet, staticcheck, clang-format.
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h
 
 .PHONY: test-unit
-test-unit: ## Unprivileged tests: config, control laws, Go models.
-	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./cmd/...
+test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./cmd/... ./deploy/...
 
 .PHONY: test-kernel
 test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock.

@@ -5,6 +5,7 @@ package tests
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func (e *env) runWithCaps(t *testing.T, rules string, caps []string) (out string
 	defer cancel()
 	cmd := e.lab.Server.Command(ctx, "setpriv", "--bounding-set", bounding, "--inh-caps", "-all", "--",
 		xlimitBin, "run", "--config", rules, "--iface", e.lab.ServerIf, "--bpffs", e.bpffs,
-		"--state-dir", e.stateDir, "--metrics-addr", "")
+		"--state-dir", e.stateDir, "--metrics-addr", "", "--api-socket", filepath.Join(e.dir, "api.sock"))
 	d := &daemon{t: t, cmd: cmd, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d, d
 	if err := cmd.Start(); err != nil {

@@ -193,7 +193,8 @@ func (d *daemon) Log() string {
 func (e *env) startDaemon(rules string, extra ...string) *daemon {
 	e.t.Helper()
 	args := []string{"run", "--config", rules, "--iface", e.lab.ServerIf, "--bpffs", e.bpffs,
-		"--state-dir", e.stateDir, "--metrics-addr", "", "--log-level", "debug"}
+		"--state-dir", e.stateDir, "--metrics-addr", "", "--log-level", "debug",
+		"--api-socket", filepath.Join(e.dir, "api.sock")}
 	args = append(args, extra...)
 	d := &daemon{t: e.t, exited: make(chan struct{})}
 	d.cmd = e.lab.Server.Command(context.Background(), xlimitBin, args...)

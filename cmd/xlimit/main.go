@@ -38,6 +38,7 @@ func commands() []command {
 		{"run", "attach to interfaces and enforce a rules file (the daemon)", cmdRun},
 		{"check", "validate a rules file without touching the kernel", cmdCheck},
 		{"status", "show rules, rates in force and counters from the pins", cmdStatus},
+		{"top", "live per-rule pass, drop and would-drop rates from the pins", cmdTop},
 		{"detach", "remove xlimit from an interface (the only way protection goes away)", cmdDetach},
 		{"demo", "self-contained demo: namespaces, a service, a flood, live figures", cmdDemo},
 		{"version", "print the version", cmdVersion},

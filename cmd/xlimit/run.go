@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
+	"github.com/xlimit/xlimit/userspace/watch"
 )
 
 type runFlags struct {
@@ -48,7 +50,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringArrayVar(&f.ifaces, "iface", nil, "interface to protect (repeatable; overrides 'interfaces' in the file)")
 	fs.StringVar(&f.xdpMode, "xdp-mode", "auto", "attach mode: auto (native, else generic), native or generic")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9542", "Prometheus metrics listen address (empty: off)")
-	fs.StringVar(&f.apiSocket, "api-socket", "", "local API unix socket (not served by this version)")
+	fs.StringVar(&f.apiSocket, "api-socket", "/run/xlimit/api.sock", "local API unix socket, mode 0600 (empty: off)")
 	fs.StringVar(&f.bpffs, "bpffs", loader.DefaultBPFFS, "bpffs mount point (mounted if missing)")
 	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/xlimit", "directory for the last good rules file")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -92,8 +94,17 @@ type daemon struct {
 	loop    *control.Loop
 	dog     watchdog
 
-	mu    sync.Mutex // guards plans against the metrics collector
+	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
 	plans map[string]*dataplane.Plan
+
+	api      *api.Server
+	applyCh  chan applyReq
+	loopDone chan struct{}
+
+	rulesMu     sync.Mutex // guards the fields below against the API
+	rulesText   []byte
+	rulesSource string
+	ruleNames   map[string]bool
 }
 
 func (d *daemon) lastGoodPath() string {
@@ -104,6 +115,16 @@ func (d *daemon) lastGoodPath() string {
 // validated, the last good one from the state directory: a restart must
 // never leave the host with fewer rules than it had.
 func (d *daemon) loadStartupConfig() (*config.Config, []byte, error) {
+	if text, saved, err := api.SavedRules(d.flags.stateDir, d.flags.config); err != nil {
+		d.log.Warn("cannot read the rules put through the API", "err", err)
+	} else if text != nil {
+		if cfg, err := config.Parse("api", text); err == nil {
+			d.log.Warn("RUNNING THE RULES PUT THROUGH THE API, newer than the rules file", "saved", saved, "file", d.flags.config)
+			d.rulesSource = "api"
+			return cfg, text, nil
+		}
+	}
+	d.rulesSource = d.flags.config
 	data, err := os.ReadFile(d.flags.config)
 	var cfg *config.Config
 	if err == nil {
@@ -122,6 +143,8 @@ func (d *daemon) loadStartupConfig() (*config.Config, []byte, error) {
 		return nil, nil, fmt.Errorf("load rules: %w (and the last good rules are invalid: %v)", err, lerr)
 	}
 	d.log.Warn("RUNNING THE LAST GOOD RULES, NOT THE RULES FILE", "file", d.lastGoodPath())
+	d.rulesSource = d.lastGoodPath()
+	d.rulesText = last
 	return cfg, nil, nil
 }
 
@@ -142,6 +165,18 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		err = errors.Join(err, d.close())
 	}()
 
+	// The API socket first: a second daemon refused there must fail
+	// before it touches any interface.
+	d.applyCh, d.loopDone = make(chan applyReq), make(chan struct{})
+	defer close(d.loopDone)
+	if d.flags.apiSocket != "" {
+		srv, err := api.Start(d.flags.apiSocket, d, d.log)
+		if err != nil {
+			return err
+		}
+		d.api = srv
+	}
+
 	// Signals are read in the daemon's network namespace, the one of the
 	// protected services.
 	if sampler, err := xsignal.NewSampler(250 * time.Millisecond); err != nil {
@@ -160,7 +195,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		d.mu.Lock()
 		d.attach = append(d.attach, a)
+		d.mu.Unlock()
 		id, _ := a.ProgramID()
 		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
 		if a.SourcesReset {
@@ -181,7 +218,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 	if data != nil {
 		d.saveLastGood(data)
+		d.rulesText = data
 	}
+	d.setRules(d.rulesText, d.rulesSource, cfg)
 	d.warn(cfg)
 
 	if d.flags.metricsAddr != "" {
@@ -191,8 +230,12 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		}
 		d.metrics = m
 	}
-	if d.flags.apiSocket != "" {
-		d.log.Warn("--api-socket is not served by this version", "socket", d.flags.apiSocket)
+	var changes <-chan watch.Change
+	if w, err := watch.New(d.flags.config, watch.Options{Logger: d.log}); err != nil {
+		d.log.Warn("not watching the rules file; reload with SIGHUP", "err", err)
+	} else {
+		defer w.Close()
+		changes = w.Changes()
 	}
 	sdNotify("READY=1")
 	d.dog = newWatchdog()
@@ -217,6 +260,18 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			return nil
 		case <-hup:
 			d.reload()
+		case c := <-changes:
+			switch {
+			case !c.Exists:
+				d.log.Warn("the rules file is gone; the running rules stay in force", "file", c.Path)
+			case c.Err != nil:
+				d.log.Error("cannot read the changed rules file; the running rules stay in force", "err", c.Err)
+			default:
+				d.log.Info("the rules file changed; reloading", "file", c.Path)
+				d.reload()
+			}
+		case req := <-d.applyCh:
+			req.done <- d.applyAPI(req.text)
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())
 		case <-stall:
@@ -257,6 +312,10 @@ func (d *daemon) reload() {
 	}
 	d.metrics.reload("success")
 	d.saveLastGood(data)
+	if err := api.ForgetRules(d.flags.stateDir); err != nil {
+		d.log.Warn("cannot forget the rules put through the API", "err", err)
+	}
+	d.setRules(data, d.flags.config, cfg)
 	d.warn(cfg)
 	d.log.Info("reloaded", "rules", len(cfg.Rules))
 }
@@ -343,6 +402,9 @@ func (d *daemon) saveLastGood(data []byte) {
 
 func (d *daemon) close() error {
 	var errs []error
+	if d.api != nil {
+		errs = append(errs, d.api.Close())
+	}
 	if d.metrics != nil {
 		errs = append(errs, d.metrics.close())
 	}

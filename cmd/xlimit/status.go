@@ -11,59 +11,19 @@ import (
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
-// statusReport is the schema of `xlimit status --json`.
-type statusReport struct {
-	Interfaces []ifaceStatus `json:"interfaces"`
-}
-
-type ifaceStatus struct {
-	Iface      string        `json:"iface"`
-	PinDir     string        `json:"pin_dir"`
-	Attached   bool          `json:"attached"`
-	Ifindex    int           `json:"ifindex,omitempty"`
-	ProgramID  uint32        `json:"program_id,omitempty"`
-	LinkID     uint32        `json:"link_id,omitempty"`
-	Generation uint32        `json:"generation"`
-	Rules      []ruleStatus  `json:"rules"`
-	Total      counterStatus `json:"total"`
-}
-
-type ruleStatus struct {
-	Slot       int           `json:"slot"`
-	Name       string        `json:"name"`
-	Unit       string        `json:"unit"`
-	Rate       float64       `json:"rate"`
-	Burst      float64       `json:"burst"`
-	RateSource string        `json:"rate_source"` // static | control
-	Shadow     bool          `json:"shadow"`
-	Counters   counterStatus `json:"counters"`
-	// PerSource is the per-source limit, with the sources dropped most.
-	PerSource *perSourceStatus `json:"per_source,omitempty"`
-}
-
-type perSourceStatus struct {
-	Rate       float64        `json:"rate"`
-	Burst      float64        `json:"burst"`
-	PrefixV4   int            `json:"prefix_v4"`
-	PrefixV6   int            `json:"prefix_v6"`
-	Ban        bool           `json:"ban"`
-	TopSources []sourceStatus `json:"top_sources"`
-}
-
-type sourceStatus struct {
-	Prefix string `json:"prefix"`
-	Drops  uint64 `json:"drops"`
-	Banned bool   `json:"banned"`
-}
-
-type counterStatus struct {
-	Packets map[string]uint64 `json:"packets"`
-	Bytes   map[string]uint64 `json:"bytes"`
-	Reasons map[string]uint64 `json:"reasons"`
-}
+// The schema of `xlimit status --json` is the API's (GET /v1/status).
+type (
+	statusReport    = api.StatusReport
+	ifaceStatus     = api.IfaceStatus
+	ruleStatus      = api.RuleStatus
+	perSourceStatus = api.PerSourceStatus
+	sourceStatus    = api.SourceStatus
+	counterStatus   = api.CounterStatus
+)
 
 func toCounterStatus(c *dataplane.Counters) counterStatus {
 	s := counterStatus{Packets: map[string]uint64{}, Bytes: map[string]uint64{}, Reasons: map[string]uint64{}}

@@ -203,16 +203,16 @@ func (t *topView) ifaceFrame(b *strings.Builder, is *ifaceSample, prev *ifaceSta
 	st := &is.st
 	b.WriteString("\n")
 	if is.err != nil {
-		fmt.Fprintf(b, "%s  %s\n", t.style(styleBold, is.name), t.style(styleBad, " ERROR "))
+		fmt.Fprintf(b, "%s  %s\n", t.style(styleBold, is.name), t.badge("ERROR"))
 		fmt.Fprintf(b, "  %v\n", is.err)
 		return
 	}
 	state := t.style(stylePass, "attached")
 	if !st.Attached {
-		state = t.style(styleBad, " NOT ATTACHED ") + " (pins only: nothing is enforced)"
+		state = t.badge("NOT ATTACHED") + " (pins only: nothing is enforced)"
 	}
-	fmt.Fprintf(b, "%s  %s | program %d | link %d | generation %d | %s\n",
-		t.style(styleBold, st.Iface), state, st.ProgramID, st.LinkID, st.Generation, st.PinDir)
+	fmt.Fprintf(b, "%s  %s | program %d | link %d | generation %d\n",
+		t.style(styleBold, st.Iface), state, st.ProgramID, st.LinkID, st.Generation)
 	b.WriteString("\n")
 
 	cols := []topColumn{
@@ -417,6 +417,14 @@ func (t *topView) table(b *strings.Builder, indent string, cols []topColumn, row
 	}
 }
 
+// badge is an alarm: white on red with colours, the bare text without.
+func (t *topView) badge(text string) string {
+	if !t.colors {
+		return text
+	}
+	return styleBad + " " + text + " " + ansiReset
+}
+
 func (t *topView) style(style, text string) string {
 	if !t.colors || style == "" || text == "" {
 		return text
@@ -436,7 +444,7 @@ func formatCount(v float64) string {
 // anything from 1000 up) with thousands separators, smaller fractions with
 // up to four significant digits.
 func formatNumber(v float64) string {
-	if v == math.Trunc(v) || math.Abs(v) >= 1000 {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v == math.Trunc(v) || math.Abs(v) >= 1000 {
 		return formatCount(v)
 	}
 	return strconv.FormatFloat(v, 'g', 4, 64)
