@@ -306,7 +306,7 @@ func TestReload(t *testing.T) {
 		t.Errorf("after reload to 2000/s: %.1f pkt/s", r)
 	}
 	_, _, rate, _ := e.status().rule("udp-flood")
-	if rate != 2000 {
+	if !within(rate, 2000, 1e-9) {
 		t.Errorf("status shows rate %v after the reload, want 2000", rate)
 	}
 }
