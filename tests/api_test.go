@@ -34,6 +34,13 @@ func TestAPIRules(t *testing.T) {
 		t.Fatalf("status over the API: %+v", st)
 	}
 
+	// `xlimit status` asks the daemon when one answers on the socket: the
+	// bpffs here is a test mount the command could not find by itself.
+	out, err := hostCmd(xlimitBin, "status", "--api-socket", filepath.Join(e.dir, "api.sock"))
+	if err != nil || !strings.Contains(string(out), e.lab.ServerIf+": attached") || !strings.Contains(string(out), "udp-flood") {
+		t.Errorf("status through the API: %v:\n%s", err, out)
+	}
+
 	_, err = c.PutRules(ctx, []byte("rules:\n  - name: udp-flood\n    protocol: udp\n    ports: [0]\n    rate: 5\n"), "")
 	var se *api.StatusError
 	if !errors.As(err, &se) || se.Code != 400 || !strings.Contains(se.Error(), "api:4: rules[0].ports[0]") {

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
@@ -39,30 +42,24 @@ func toCounterStatus(c *dataplane.Counters) counterStatus {
 	return s
 }
 
-func cmdStatus(_ context.Context, e *env, args []string) error {
+func cmdStatus(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "status", "[--iface IF] [--json]",
-		"Show the rules, the rates in force and the counters of every protected interface,\n"+
-			"read from the pinned maps: no running daemon is needed.")
-	ifaces := fs.StringArray("iface", nil, "interface to show (repeatable; default: every pinned one)")
+		"Show the rules, the rates in force and the counters of every protected interface:\n"+
+			"from the running daemon's API when one answers, else from the pinned maps (no\n"+
+			"daemon needed).")
+	ifaces := fs.StringArray("iface", nil, "interface to show (repeatable; default: every one)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	bpffs := fs.String("bpffs", loader.DefaultBPFFS, "bpffs mount point")
+	bpffs := fs.String("bpffs", loader.DefaultBPFFS, "bpffs mount point (given: read these pins, not the API)")
+	sock := fs.String("api-socket", "/run/xlimit/api.sock", "the daemon's API socket")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	names := *ifaces
-	if len(names) == 0 {
+	rep, ok := statusFromAPI(ctx, *sock, *ifaces)
+	if !ok || fs.Changed("bpffs") {
 		var err error
-		if names, err = loader.Pinned(*bpffs); err != nil {
+		if rep, err = statusFromPins(*bpffs, *ifaces); err != nil {
 			return err
 		}
-	}
-	var rep statusReport
-	for _, iface := range names {
-		st, err := readStatus(*bpffs, iface)
-		if err != nil {
-			return err
-		}
-		rep.Interfaces = append(rep.Interfaces, st)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -77,6 +74,49 @@ func cmdStatus(_ context.Context, e *env, args []string) error {
 		printStatus(e.stdout, &st)
 	}
 	return nil
+}
+
+// statusFromAPI asks a running daemon; ok is false when none answers.
+func statusFromAPI(ctx context.Context, sock string, ifaces []string) (statusReport, bool) {
+	if _, err := os.Stat(sock); err != nil {
+		return statusReport{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c := api.NewClient(sock)
+	defer c.Close()
+	rep, err := c.Status(ctx)
+	if err != nil {
+		return statusReport{}, false
+	}
+	if len(ifaces) > 0 {
+		all := rep.Interfaces
+		rep.Interfaces = nil
+		for _, st := range all {
+			if slices.Contains(ifaces, st.Iface) {
+				rep.Interfaces = append(rep.Interfaces, st)
+			}
+		}
+	}
+	return rep, true
+}
+
+func statusFromPins(bpffs string, names []string) (statusReport, error) {
+	var rep statusReport
+	if len(names) == 0 {
+		var err error
+		if names, err = loader.Pinned(bpffs); err != nil {
+			return rep, err
+		}
+	}
+	for _, iface := range names {
+		st, err := readStatus(bpffs, iface)
+		if err != nil {
+			return rep, err
+		}
+		rep.Interfaces = append(rep.Interfaces, st)
+	}
+	return rep, nil
 }
 
 // topSources is how many of the most dropped sources status lists per rule.
