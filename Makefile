@@ -24,7 +24,7 @@ help: ## Show this help.
 
 # Debian 12 packages the build and the tests need (what .ci/run installs).
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
-	netsniff-ng nftables iptables bpftool make git ca-certificates systemd
+	netsniff-ng nftables iptables bpftool make git ca-certificates systemd vagrant
 
 .PHONY: deps
 deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
@@ -69,8 +69,12 @@ test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN wi
 e2e: build ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon.
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; test $${PIPESTATUS[0]} -eq 0
 
+.PHONY: vm-validate
+vm-validate: ## Check the Vagrantfile (the VM itself cannot boot in CI).
+	cd vagrant && vagrant validate --ignore-provider
+
 .PHONY: test
-test: lint check-generated test-unit test-kernel e2e ## Every tier: lint, generated-code check, unit, kernel, end-to-end.
+test: lint check-generated vm-validate test-unit test-kernel e2e ## Every tier: lint, generated-code check, Vagrantfile, unit, kernel, end-to-end.
 
 .PHONY: bench
 bench: ## Benchmarks (root): per-packet cost against a bare XDP program.
