@@ -57,6 +57,7 @@ static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
 		s->tat = now_u;
 		s->over_since_ns = 0;
 		s->banned_until_ns = 0;
+		s->drops = 0;
 		s->epoch = r->epoch;
 	}
 	/* A bucket that refilled completely ends an over-limit run. */
@@ -79,7 +80,7 @@ static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
 		} else if (!ok) {
 			if (!s->over_since_ns)
 				s->over_since_ns = now;
-			else if (now - s->over_since_ns >= r->ban_after_ns)
+			if (now - s->over_since_ns >= r->ban_after_ns)
 				s->banned_until_ns = now + r->ban_ns;
 		}
 	}

@@ -256,7 +256,7 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		m.sources[k] = s
 	}
 	if s.Epoch != r.Epoch {
-		*s = SourceState{TAT: now, Epoch: r.Epoch, Drops: s.Drops}
+		*s = SourceState{TAT: now, Epoch: r.Epoch}
 	}
 	if int64(s.TAT-now) <= 0 {
 		s.OverSinceNS = 0
@@ -270,10 +270,13 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 			s.BannedUntilNS = nowNS + r.BanNS
 		case s.BannedUntilNS != 0:
 			s.BannedUntilNS = 0
-		case !ok && s.OverSinceNS == 0:
-			s.OverSinceNS = nowNS
-		case !ok && nowNS-s.OverSinceNS >= r.BanAfterNS:
-			s.BannedUntilNS = nowNS + r.BanNS
+		case !ok:
+			if s.OverSinceNS == 0 {
+				s.OverSinceNS = nowNS
+			}
+			if nowNS-s.OverSinceNS >= r.BanAfterNS {
+				s.BannedUntilNS = nowNS + r.BanNS
+			}
 		}
 	}
 	if !ok {
