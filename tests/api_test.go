@@ -72,3 +72,48 @@ func TestAPIRules(t *testing.T) {
 		t.Errorf("after a restart the rate is %v, want the API's 3000", rate)
 	}
 }
+
+// TestAPIFeedback: a service that reports its own queueing delay above the
+// target through POST /v1/feedback gets its rate cut by the control loop;
+// a rule not steered by feedback refuses reports.
+func TestAPIFeedback(t *testing.T) {
+	e := newEnv(t)
+	e.startDaemon(e.writeRules("rules.yaml", `rules:
+  - name: svc
+    protocol: tcp
+    ports: [8080]
+    rate: 2000
+    behavior: adaptive
+    adaptive: {target_latency: 25ms, min_rate: 200, max_rate: 4000, signal: feedback}
+  - name: other
+    protocol: udp
+    ports: [9000]
+    rate: 1000
+`))
+	c := api.NewClient(filepath.Join(e.dir, "api.sock"))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	var se *api.StatusError
+	if err := c.Feedback(ctx, api.Feedback{Rule: "other", QueueingDelayMS: 1, Requests: 1}); !errors.As(err, &se) || se.Code != 422 {
+		t.Errorf("feedback for a static rule: %v, want 422", err)
+	}
+	// Without reports the signal is stale and the rate holds.
+	time.Sleep(300 * time.Millisecond)
+	if _, _, rate, _ := e.status().rule("svc"); !within(rate, 2000, 1e-6) {
+		t.Fatalf("without feedback the rate moved to %v", rate)
+	}
+	// 100 ms of queueing against a 25 ms target, reported every 50 ms.
+	for range 20 {
+		if err := c.Feedback(ctx, api.Feedback{Rule: "svc", QueueingDelayMS: 100, Requests: 100}); err != nil {
+			t.Fatalf("feedback: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, _, rate, _ := e.status().rule("svc")
+	t.Logf("e2e feedback: 1 s of 100 ms reported delay (target 25 ms) took the rate from 2000/s to %.0f/s", rate)
+	if rate > 1000 {
+		t.Errorf("after 1 s of 4x-target delay the rate is %.0f/s, want well below 2000", rate)
+	}
+}

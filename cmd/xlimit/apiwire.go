@@ -58,9 +58,10 @@ func (d *daemon) RuleExists(name string) bool {
 	return d.ruleNames[name]
 }
 
-// Feedback implements api.Daemon: nothing takes feedback yet.
+// Feedback implements api.Daemon: a service's own queueing delay and
+// error counts for a rule steered by `signal: feedback`.
 func (d *daemon) Feedback(f api.Feedback) error {
-	return fmt.Errorf("%w: rule %s is not steered by feedback", api.ErrRejected, f.Rule)
+	return d.feedback.put(f, time.Now())
 }
 
 // ApplyRules implements api.Daemon: the loop goroutine applies.

@@ -80,19 +80,20 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	d := &daemon{flags: f, mode: mode, log: log, loop: loop}
+	d := &daemon{flags: f, mode: mode, log: log, loop: loop, feedback: newFeedback()}
 	return d.run(ctx)
 }
 
 type daemon struct {
-	flags   runFlags
-	mode    loader.Mode
-	log     *slog.Logger
-	cfg     *config.Config
-	attach  []*loader.Attachment
-	metrics *metricsServer
-	loop    *control.Loop
-	dog     watchdog
+	flags    runFlags
+	mode     loader.Mode
+	log      *slog.Logger
+	cfg      *config.Config
+	attach   []*loader.Attachment
+	metrics  *metricsServer
+	loop     *control.Loop
+	dog      watchdog
+	feedback *feedback
 
 	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
 	plans map[string]*dataplane.Plan
@@ -179,12 +180,14 @@ func (d *daemon) run(ctx context.Context) (err error) {
 
 	// Signals are read in the daemon's network namespace, the one of the
 	// protected services.
-	if sampler, err := xsignal.NewSampler(250 * time.Millisecond); err != nil {
-		d.log.Warn("cannot read signals; adaptive rules hold their rate", "err", err)
+	smp := &sampler{feedback: d.feedback, now: time.Now}
+	if host, err := xsignal.NewSampler(250 * time.Millisecond); err != nil {
+		d.log.Warn("cannot read the host's signals; adaptive rules on them hold their rate", "err", err)
 	} else {
-		defer sampler.Close()
-		d.loop.SetSampler(sampler)
+		defer host.Close()
+		smp.host = host
 	}
+	d.loop.SetSampler(smp)
 
 	sources := cfg.SourceTableSize
 	if d.flags.sourceTable > 0 {
@@ -341,6 +344,7 @@ func (d *daemon) apply(cfg *config.Config) error {
 		d.mu.Unlock()
 	}
 	d.cfg = cfg
+	d.feedback.configure(cfg)
 	rules, targets := d.controlRules(cfg)
 	if err := d.loop.Configure(rules, targets); err != nil {
 		return fmt.Errorf("configure the control loop: %w", err)
