@@ -10,6 +10,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/control"
+	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
 // feedbackMaxAge is how long a service's last report stays fresh; after
@@ -78,11 +79,68 @@ func (f *feedback) get(rule string, now time.Time) (feedbackReport, bool) {
 	return rep, ok && now.Sub(rep.received) <= feedbackMaxAge
 }
 
+// probes runs a prober per rule steered by `signal: probe`.
+type probes struct {
+	mu sync.Mutex
+	by map[string]*xsignal.Prober
+}
+
+// configure starts probers for new or changed probe rules and stops the
+// others; unchanged ones keep running.
+func (p *probes) configure(cfg *config.Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.by == nil {
+		p.by = map[string]*xsignal.Prober{}
+	}
+	want := map[string]config.Probe{}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		if r.Adaptive != nil && r.Adaptive.Signal == config.SignalProbe && r.Adaptive.Probe != nil {
+			want[r.Name] = *r.Adaptive.Probe
+		}
+	}
+	for name, pr := range p.by {
+		if spec, ok := want[name]; !ok || spec != pr.Spec() {
+			pr.Close()
+			delete(p.by, name)
+		}
+	}
+	for name, spec := range want {
+		if _, ok := p.by[name]; ok {
+			continue
+		}
+		pr, err := xsignal.StartProber(spec)
+		if err != nil {
+			return fmt.Errorf("probe for rule %s: %w", name, err)
+		}
+		p.by[name] = pr
+	}
+	return nil
+}
+
+func (p *probes) get(rule string) *xsignal.Prober {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.by[rule]
+}
+
+func (p *probes) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, pr := range p.by {
+		pr.Close()
+		delete(p.by, name)
+	}
+}
+
 // sampler reads the signals of every adaptive rule: the host's through
-// the signal package, a service's own through its feedback reports.
+// the signal package, a service's own through its feedback reports or a
+// prober's measurements.
 type sampler struct {
 	host     control.Sampler // nil when the host's signals cannot be read
 	feedback *feedback
+	probes   *probes
 	now      func() time.Time
 }
 
@@ -91,7 +149,23 @@ func (s *sampler) Sample(rule *control.RuleSpec, used float64) control.Signals {
 	if s.host != nil {
 		sig = s.host.Sample(rule, used)
 	}
-	if rule.Adaptive == nil || rule.Adaptive.Signal != config.SignalFeedback {
+	if rule.Adaptive == nil {
+		return sig
+	}
+	switch rule.Adaptive.Signal {
+	case config.SignalProbe:
+		sig.LatencyStale, sig.ErrorsStale = true, true
+		if pr := s.probes.get(rule.Name); pr != nil {
+			if res, ok := pr.Last(s.now()); ok {
+				sig.ErrorRate, sig.ErrorsStale = res.ErrorRate, false
+				if res.Latency > 0 {
+					sig.Latency, sig.LatencyStale = res.Latency, false
+				}
+			}
+		}
+		return sig
+	case config.SignalFeedback:
+	default:
 		return sig
 	}
 	sig.LatencyStale, sig.ErrorsStale = true, true

@@ -94,6 +94,7 @@ type daemon struct {
 	loop     *control.Loop
 	dog      watchdog
 	feedback *feedback
+	probes   probes
 
 	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
 	plans map[string]*dataplane.Plan
@@ -180,7 +181,8 @@ func (d *daemon) run(ctx context.Context) (err error) {
 
 	// Signals are read in the daemon's network namespace, the one of the
 	// protected services.
-	smp := &sampler{feedback: d.feedback, now: time.Now}
+	smp := &sampler{feedback: d.feedback, probes: &d.probes, now: time.Now}
+	defer d.probes.close()
 	if host, err := xsignal.NewSampler(250 * time.Millisecond); err != nil {
 		d.log.Warn("cannot read the host's signals; adaptive rules on them hold their rate", "err", err)
 	} else {
@@ -345,6 +347,9 @@ func (d *daemon) apply(cfg *config.Config) error {
 	}
 	d.cfg = cfg
 	d.feedback.configure(cfg)
+	if err := d.probes.configure(cfg); err != nil {
+		return err
+	}
 	rules, targets := d.controlRules(cfg)
 	if err := d.loop.Configure(rules, targets); err != nil {
 		return fmt.Errorf("configure the control loop: %w", err)

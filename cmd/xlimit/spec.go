@@ -51,9 +51,6 @@ func notEnforced(cfg *config.Config) []string {
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		if r.Adaptive != nil && r.Adaptive.Signal == config.SignalProbe {
-			add(r, fmt.Sprintf("adaptive signal %s is not read yet; the loop holds the rule's rate", r.Adaptive.Signal))
-		}
 		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
 			add(r, "paced queue: kernel; paced with queue: none applies")
 		}

@@ -1,0 +1,83 @@
+package signal
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xlimit/xlimit/userspace/config"
+)
+
+// waitProbe waits until the prober has a fresh result that satisfies ok.
+func waitProbe(t *testing.T, p *Prober, ok func(ProbeResult) bool) ProbeResult {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, fresh := p.Last(time.Now()); fresh && ok(r) {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, _ := p.Last(time.Now())
+	t.Fatalf("prober never got there; last %+v", r)
+	return r
+}
+
+func TestProberTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	p, err := StartProber(config.Probe{Kind: config.ProbeTCP, Address: ln.Addr().String(), Interval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := waitProbe(t, p, func(r ProbeResult) bool { return r.OK })
+	if r.Latency <= 0 || r.ErrorRate != 0 {
+		t.Errorf("healthy service: %+v", r)
+	}
+	ln.Close()
+	r = waitProbe(t, p, func(r ProbeResult) bool { return r.ErrorRate >= 0.5 })
+	if r.OK || r.Err == nil {
+		t.Errorf("closed service: %+v", r)
+	}
+}
+
+func TestProberHTTP(t *testing.T) {
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" {
+			http.NotFound(w, r)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	p, err := StartProber(config.Probe{Kind: config.ProbeHTTP, Address: addr, Path: "/health", Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := waitProbe(t, p, func(r ProbeResult) bool { return r.OK })
+	if r.Latency < 5*time.Millisecond {
+		t.Errorf("latency %v below the service's 5 ms", r.Latency)
+	}
+	if _, fresh := p.Last(time.Now().Add(time.Second)); fresh {
+		t.Error("a result two intervals old is still fresh")
+	}
+}
