@@ -95,6 +95,7 @@ type daemon struct {
 	dog      watchdog
 	feedback *feedback
 	probes   probes
+	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
 
 	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
 	plans map[string]*dataplane.Plan
@@ -188,6 +189,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	} else {
 		defer host.Close()
 		smp.host = host
+		d.hostCPU = host.CPU
 	}
 	d.loop.SetSampler(smp)
 
@@ -289,7 +291,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 // afterTick exports a tick's outcome, logs what went wrong, and tells
 // systemd the loop is alive.
 func (d *daemon) afterTick(rep control.TickReport) {
-	d.metrics.tick(rep)
+	d.metrics.tick(rep, d.loop.Period())
 	for _, r := range rep.Rules {
 		if r.Err != nil {
 			d.log.Warn("control tick", "rule", r.Name, "err", r.Err)
@@ -351,6 +353,11 @@ func (d *daemon) apply(cfg *config.Config) error {
 		return err
 	}
 	rules, targets := d.controlRules(cfg)
+	if cfg.System != nil && d.hostCPU != nil {
+		d.loop.SetSystem(cfg.System, d.hostCPU)
+	} else {
+		d.loop.SetSystem(nil, nil)
+	}
 	if err := d.loop.Configure(rules, targets); err != nil {
 		return fmt.Errorf("configure the control loop: %w", err)
 	}
@@ -371,7 +378,7 @@ func (d *daemon) controlRules(cfg *config.Config) ([]control.RuleSpec, map[strin
 			Bytes: r.Unit == config.UnitBytes, WarmUp: r.WarmUp, Paced: r.Paced, Adaptive: r.Adaptive,
 			Ports: r.MergedPorts(), SynOnly: r.SynOnly,
 		}
-		if !spec.Dynamic() {
+		if !spec.Dynamic() && !(cfg.System != nil && spec.SynOnly) {
 			continue
 		}
 		rules = append(rules, spec)

@@ -53,7 +53,7 @@ func (m *metricsServer) reload(result string) {
 }
 
 // tick records a control tick; a nil *metricsServer ignores it.
-func (m *metricsServer) tick(rep control.TickReport) {
+func (m *metricsServer) tick(rep control.TickReport, period time.Duration) {
 	if m == nil {
 		return
 	}
@@ -61,7 +61,7 @@ func (m *metricsServer) tick(rep control.TickReport) {
 	for _, r := range rep.Rules {
 		rules = append(rules, metrics.RuleControl{Rule: r.Name, State: r.State, Latency: r.Latency, Signal: r.Signal, Stale: r.Stale})
 	}
-	m.collector.ObserveTick(rep.Duration, rules)
+	m.collector.ObserveTick(rep.Duration, period, rules)
 }
 
 func (m *metricsServer) close() error {

@@ -62,7 +62,13 @@ func notEnforced(cfg *config.Config) []string {
 		}
 	}
 	if cfg.System != nil {
-		out = append(out, "system protection (system: cpu_high)")
+		syn := false
+		for i := range cfg.Rules {
+			syn = syn || cfg.Rules[i].SynOnly
+		}
+		if !syn {
+			out = append(out, "system protection (system: cpu_high) caps new-connection rules, and no rule is syn_only")
+		}
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/config"
@@ -86,7 +87,17 @@ type Loop struct {
 	hold    time.Duration
 	sampler Sampler
 	rules   []*ruleState
+
+	// System protection (DESIGN.md 5.6): while the host's CPU usage is at
+	// or above system.CPUHigh, new-connection (SYN-only) rules are capped
+	// at the best completion rate they showed over the last peakSeconds.
+	system *config.System
+	cpu    func() (usage float64, fresh bool)
 }
+
+// peakSeconds is how far back the capacity estimate of system protection
+// looks.
+const peakSeconds = 10
 
 type ruleState struct {
 	spec    RuleSpec
@@ -96,12 +107,14 @@ type ruleState struct {
 
 	primed      bool
 	lastTick    time.Time
-	lastPass    uint64 // passed units, all targets
-	second      int64  // Unix second of secPass
-	secPass     uint64 // passed units at the start of the current second
-	secSeen     uint64 // packets seen at the start of the current second
-	prevSecSeen uint64 // packets seen at the start of the previous second
-	prevSecPass uint64 // passed units in the previous whole second
+	lastPass    uint64              // passed units, all targets
+	second      int64               // Unix second of secPass
+	secPass     uint64              // passed units at the start of the current second
+	secSeen     uint64              // packets seen at the start of the current second
+	prevSecSeen uint64              // packets seen at the start of the previous second
+	prevSecPass uint64              // passed units in the previous whole second
+	peaks       [peakSeconds]uint64 // passed units of the last whole seconds
+	peakNext    int
 	rate, burst float64
 	state       string
 	latency     time.Duration
@@ -118,6 +131,12 @@ func NewLoop(clock Clock, monoNS func() uint64, period, hold time.Duration, samp
 		return nil, fmt.Errorf("new loop: hold %v below two periods: %w", hold, ErrInvalid)
 	}
 	return &Loop{clock: clock, monoNS: monoNS, period: period, hold: hold, sampler: sampler}, nil
+}
+
+// SetSystem turns system protection on (sys not nil) with a reader of the
+// host's CPU usage; call Configure afterwards.
+func (l *Loop) SetSystem(sys *config.System, cpu func() (float64, bool)) {
+	l.system, l.cpu = sys, cpu
 }
 
 // SetSampler sets what reads adaptive rules' signals (nil: none, and
@@ -137,7 +156,7 @@ func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
 	}
 	var next []*ruleState
 	for _, spec := range rules {
-		if !spec.Dynamic() {
+		if !spec.Dynamic() && !(l.system != nil && spec.SynOnly) {
 			continue
 		}
 		if st, ok := old[spec.Name]; ok && reflect.DeepEqual(st.spec, spec) {
@@ -223,6 +242,8 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			r.prevSecPass = pass - r.secPass
 			r.prevSecSeen = r.secSeen
 		}
+		r.peaks[r.peakNext] = r.prevSecPass
+		r.peakNext = (r.peakNext + 1) % peakSeconds
 		r.second, r.secPass, r.secSeen = sec, pass, seen
 	}
 	dt := now.Sub(r.lastTick).Seconds()
@@ -261,8 +282,35 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		r.state, r.latency = step.Action.String(), step.Smoothed
 		rep.Stale = step.Action == ActionHoldStale
 	}
+	if l.system != nil && r.spec.SynOnly && l.cpu != nil {
+		// Sentinel's BBR check admits while in flight ≤ max completion
+		// rate × min latency; at the host edge that is: never admit new
+		// connections faster than the best rate the service completed
+		// lately, while the host is overloaded.
+		if usage, fresh := l.cpu(); fresh && usage >= l.system.CPUHigh {
+			capacity := float64(slices.Max(r.peaks[:]))
+			if capacity >= 1 && capacity < rate {
+				burst *= capacity / rate
+				rate = capacity
+				r.state = "system_capped"
+			}
+		} else if r.state == "system_capped" {
+			r.state = ""
+		}
+	}
+	if r.warm == nil && r.aimd == nil && r.state != "system_capped" {
+		r.state = "static"
+	}
 	if !r.spec.Bytes {
 		burst = math.Max(burst, 1)
+	}
+	if r.warm == nil && r.aimd == nil {
+		// A static rule steered only by system protection keeps its own
+		// rate whenever the host is not overloaded.
+		r.rate, r.burst = r.spec.Rate, r.spec.Burst
+		rep.Rate, rep.Burst, rep.State = rate, burst, r.state
+		rep.Err = r.write(rate, burst, l.monoNS()+uint64(l.hold))
+		return rep
 	}
 	r.rate, r.burst = rate, burst
 	rep.Rate, rep.Burst, rep.State, rep.Latency = rate, burst, r.state, r.latency

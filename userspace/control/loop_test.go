@@ -204,3 +204,44 @@ func TestNewLoopRejectsBadPeriods(t *testing.T) {
 		}
 	}
 }
+
+// While the host is overloaded a new-connection rule is capped at the
+// best rate it completed over the last seconds; otherwise it keeps its own.
+func TestLoopSystemProtection(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, nil)
+	cpu, fresh := 0.3, true
+	loop.SetSystem(&config.System{CPUHigh: 0.8}, func() (float64, bool) { return cpu, fresh })
+	spec := RuleSpec{Name: "syn", Behavior: config.BehaviorReject, Rate: 1000, Burst: 100, SynOnly: true}
+	other := RuleSpec{Name: "pkts", Behavior: config.BehaviorReject, Rate: 1000, Burst: 100}
+	if err := loop.Configure([]RuleSpec{spec, other}, map[string][]Target{"syn": {{Kernel: k, Slot: 0, Epoch: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(loop.rules) != 1 {
+		t.Fatalf("system protection steers %d rules, want the syn_only one", len(loop.rules))
+	}
+	// Three seconds completing 300, 400, 250 connections.
+	for _, n := range []uint64{300, 400, 250} {
+		for range 20 {
+			loop.Tick()
+			clock.Advance(50 * time.Millisecond)
+		}
+		k.admit(0, n)
+	}
+	if r := loop.Tick().Rules[0]; r.Rate != 1000 || r.State != "static" {
+		t.Fatalf("healthy host: %+v", r)
+	}
+	cpu = 0.95
+	r := loop.Tick().Rules[0]
+	if r.Rate != 400 || r.State != "system_capped" || math.Abs(r.Burst-40) > 1e-9 {
+		t.Errorf("overloaded host: %+v, want capped at the 400/s peak", r)
+	}
+	if got := k.limits[0].Bucket.Rate(); math.Abs(got-400) > 1e-6 {
+		t.Errorf("kernel rate %v", got)
+	}
+	fresh = false
+	if r := loop.Tick().Rules[0]; r.Rate != 1000 {
+		t.Errorf("stale CPU reading: %+v, want the rule's own rate", r)
+	}
+}

@@ -38,6 +38,7 @@ type Collector struct {
 
 	latency, state, stale *prometheus.Desc
 	tick                  prometheus.Histogram
+	overruns              prometheus.Counter
 	mu                    sync.Mutex
 	control               []RuleControl
 }
@@ -89,6 +90,10 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 		stale: prometheus.NewDesc("xlimit_signal_stale",
 			"1 when the signal steering a rule could not be read at the last tick.",
 			[]string{"rule", "signal"}, nil),
+		overruns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xlimit_control_overruns_total",
+			Help: "Control loop ticks that took longer than the control period.",
+		}),
 		tick: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xlimit_control_tick_seconds",
 			Help:    "Duration of control loop ticks.",
@@ -97,10 +102,13 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 	}
 }
 
-// ObserveTick records a control tick: its duration and the steered rules'
-// states.
-func (c *Collector) ObserveTick(d time.Duration, rules []RuleControl) {
+// ObserveTick records a control tick: its duration (an overrun when longer
+// than the period) and the steered rules' states.
+func (c *Collector) ObserveTick(d, period time.Duration, rules []RuleControl) {
 	c.tick.Observe(d.Seconds())
+	if d > period {
+		c.overruns.Inc()
+	}
 	c.mu.Lock()
 	c.control = rules
 	c.mu.Unlock()
@@ -122,6 +130,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.errors.Describe(ch)
 	c.reloads.Describe(ch)
 	c.tick.Describe(ch)
+	c.overruns.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -184,4 +193,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.errors.Collect(ch)
 	c.reloads.Collect(ch)
 	c.tick.Collect(ch)
+	c.overruns.Collect(ch)
 }

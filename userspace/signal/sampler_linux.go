@@ -94,6 +94,13 @@ func (s *Sampler) host(now time.Time) {
 	s.prevNet, s.prevAt, s.havePrev = cur, now, true
 }
 
+// CPU returns the host's CPU usage over the sampler's window, read at most
+// once per tick, and whether it is fresh.
+func (s *Sampler) CPU() (float64, bool) {
+	s.host(s.clock())
+	return s.cpuUsage, s.cpuFresh
+}
+
 // Sample implements control.Sampler.
 func (s *Sampler) Sample(rule *control.RuleSpec, used float64) control.Signals {
 	now := s.clock()
