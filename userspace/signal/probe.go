@@ -22,9 +22,9 @@ type Prober struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex
-	last    ProbeResult
-	window  []bool // outcomes of the recent probes, oldest first
+	mu     sync.Mutex
+	last   ProbeResult
+	window []bool // outcomes of the recent probes, oldest first
 }
 
 // ProbeResult is a prober's latest measurement.
