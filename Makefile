@@ -77,8 +77,9 @@ vm-validate: ## Check the Vagrantfile (the VM itself cannot boot in CI).
 test: lint check-generated vm-validate test-unit test-kernel e2e ## Every tier: lint, generated-code check, Vagrantfile, unit, kernel, end-to-end.
 
 .PHONY: bench
-bench: ## Benchmarks (root): per-packet cost against a bare XDP program.
+bench: build ## Benchmarks (root): per-packet cost against a bare XDP program; adaptive vs static (DESIGN 7).
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./maps/
+	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench AdaptiveScenario -benchtime 1x ./tests/
 
 .PHONY: vm-test
 vm-test: ## Run the whole suite inside a Vagrant VM (needs vagrant + libvirt or VirtualBox).

@@ -28,7 +28,7 @@ type slowService struct {
 	overflow func() uint64
 }
 
-func startSlowService(t *testing.T, ns *lab.NS, addr netip.AddrPort, backlog, workers int, service time.Duration) *slowService {
+func startSlowService(t testing.TB, ns *lab.NS, addr netip.AddrPort, backlog, workers int, service time.Duration) *slowService {
 	t.Helper()
 	s := &slowService{}
 	var netstat *signal.NetStat

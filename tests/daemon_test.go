@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces and attaches XDP (CI runs it as root)")
@@ -65,14 +65,14 @@ func requireRoot(t *testing.T) {
 // env is one test's world: a lab, a private bpffs mount in the host's mount
 // namespace (so pins outlive the daemon, as on a host) and a state dir.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	lab      *lab.Lab
 	bpffs    string
 	stateDir string
 	dir      string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	requireRoot(t)
 	l, err := lab.New(lab.Options{Prefix: "xle"})
@@ -169,7 +169,7 @@ func (r statusReport) rule(name string) (pass, drop uint64, rate float64, ok boo
 // daemon is a running `xlimit run` in the server's network namespace and
 // the host's mount namespace.
 type daemon struct {
-	t       *testing.T
+	t       testing.TB
 	cmd     *exec.Cmd
 	mu      sync.Mutex
 	log     bytes.Buffer
