@@ -189,7 +189,17 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	} else {
 		defer host.Close()
 		smp.host = host
-		d.hostCPU = host.CPU
+		d.hostCPU = func() (float64, bool) {
+			// Overload is CPU usage, or CPU pressure where asked for and
+			// reported, whichever is the higher fraction of its threshold.
+			usage, fresh := host.CPU()
+			if d.cfg != nil && d.cfg.System != nil && d.cfg.System.PressureHigh > 0 {
+				if p, ok := host.CPUPressure(); ok && p/d.cfg.System.PressureHigh > usage/d.cfg.System.CPUHigh {
+					return p / d.cfg.System.PressureHigh * d.cfg.System.CPUHigh, true
+				}
+			}
+			return usage, fresh
+		}
 	}
 	d.loop.SetSampler(smp)
 

@@ -294,6 +294,10 @@ type CircuitBreaker struct {
 // System is the host-wide protection (DESIGN.md §5.6).
 type System struct {
 	CPUHigh float64
+	// PressureHigh, when not 0, also counts the host as overloaded while
+	// the CPU pressure (PSI "some" avg10, a fraction of time) is at or
+	// above it, where the kernel reports pressure.
+	PressureHigh float64
 }
 
 // EffectiveBurst is the burst the data plane puts in force, in the rule's

@@ -148,12 +148,15 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if v, _, ok := p.integer(m, "source_table_size", 1, MaxSourceTableSize); ok {
 		c.SourceTableSize = v
 	}
-	if s := p.section(m, "system", []string{"cpu_high"}); s != nil {
+	if s := p.section(m, "system", []string{"cpu_high", "pressure_high"}); s != nil {
 		c.System = &System{}
 		if v, _, ok := p.fraction(s, "cpu_high", false, true); ok {
 			c.System.CPUHigh = v
 		} else if !s.has("cpu_high") {
 			p.errorf(s.at("cpu_high"), "required key is missing")
+		}
+		if v, _, ok := p.fraction(s, "pressure_high", false, true); ok {
+			c.System.PressureHigh = v
 		}
 	}
 

@@ -28,6 +28,8 @@ type Sampler struct {
 	at       time.Time
 	cpuUsage float64
 	cpuFresh bool
+	pressure Pressure
+	pfs      procfs.FS
 	errRate  float64
 	errFresh bool
 	openRate float64 // connections accepted into listen queues, per second
@@ -56,7 +58,7 @@ func NewSampler(cpuWindow time.Duration) (*Sampler, error) {
 		diag.Close()
 		return nil, err
 	}
-	return &Sampler{diag: diag, netstat: ns, cpu: cpu, clock: time.Now, timeout: 20 * time.Millisecond}, nil
+	return &Sampler{diag: diag, netstat: ns, cpu: cpu, pfs: pfs, clock: time.Now, timeout: 20 * time.Millisecond}, nil
 }
 
 // Close releases the sockets and files.
@@ -72,6 +74,11 @@ func (s *Sampler) host(now time.Time) {
 	s.at = now
 	usage, fresh, err := s.cpu.Sample()
 	s.cpuUsage, s.cpuFresh = usage, fresh && err == nil
+	if p, err := ReadCPUPressure(s.pfs); err == nil {
+		s.pressure = p
+	} else {
+		s.pressure = Pressure{}
+	}
 	s.errFresh, s.openOK = false, false
 	cur, err := s.netstat.Read()
 	if err != nil {
@@ -99,6 +106,13 @@ func (s *Sampler) host(now time.Time) {
 func (s *Sampler) CPU() (float64, bool) {
 	s.host(s.clock())
 	return s.cpuUsage, s.cpuFresh
+}
+
+// CPUPressure returns the host's CPU pressure (PSI "some" avg10 as a
+// fraction) and whether the kernel reports pressure.
+func (s *Sampler) CPUPressure() (float64, bool) {
+	s.host(s.clock())
+	return s.pressure.Avg10, s.pressure.Available
 }
 
 // Sample implements control.Sampler.
