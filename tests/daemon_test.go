@@ -74,8 +74,15 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newEnvWith(t, lab.Options{})
+}
+
+// newEnvWith is newEnv with lab options (extra client addresses, queues).
+func newEnvWith(t testing.TB, opts lab.Options) *env {
+	t.Helper()
 	requireRoot(t)
-	l, err := lab.New(lab.Options{Prefix: "xle"})
+	opts.Prefix = "xle"
+	l, err := lab.New(opts)
 	if err != nil {
 		t.Fatalf("create lab: %v", err)
 	}

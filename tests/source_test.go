@@ -8,12 +8,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/lab"
 )
@@ -42,41 +38,6 @@ func perSourceRules() string {
     burst: %d
     per_source: {rate: %d, burst: %d, prefix_v4: 32}
 `, udpPort, psRulePPS, psRulePPS, psSourcePPS, psBurst)
-}
-
-// newEnvWith is newEnv with lab options (extra client addresses).
-func newEnvWith(t *testing.T, opts lab.Options) *env {
-	t.Helper()
-	requireRoot(t)
-	opts.Prefix = "xle"
-	l, err := lab.New(opts)
-	if err != nil {
-		t.Fatalf("create lab: %v", err)
-	}
-	dir := t.TempDir()
-	e := &env{t: t, lab: l, dir: dir, bpffs: filepath.Join(dir, "bpffs"), stateDir: filepath.Join(dir, "state")}
-	if err := os.MkdirAll(e.bpffs, 0o700); err != nil {
-		l.Close()
-		t.Fatal(err)
-	}
-	if err := unix.Mount("bpf", e.bpffs, "bpf", 0, "mode=0700"); err != nil {
-		l.Close()
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := os.Stat(filepath.Join(e.bpffs, "xlimit", l.ServerIf)); err == nil {
-			if out, err := e.xlimit("detach", "--iface", l.ServerIf); err != nil {
-				t.Errorf("cleanup detach: %v: %s", err, out)
-			}
-		}
-		if err := unix.Unmount(e.bpffs, unix.MNT_DETACH); err != nil {
-			t.Errorf("cleanup unmount bpffs: %v", err)
-		}
-		if err := l.Close(); err != nil {
-			t.Errorf("cleanup lab: %v", err)
-		}
-	})
-	return e
 }
 
 // psStatus is the part of `xlimit status --json` about per-source limits.
