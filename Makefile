@@ -24,7 +24,8 @@ help: ## Show this help.
 
 # Debian 12 packages the build and the tests need (what .ci/run installs).
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
-	netsniff-ng nftables iptables bpftool make git ca-certificates systemd vagrant
+	netsniff-ng nftables iptables bpftool make git ca-certificates systemd vagrant \
+	qemu-system-x86 busybox-static
 
 .PHONY: deps
 deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
@@ -68,6 +69,13 @@ test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN wi
 .PHONY: e2e
 e2e: build ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon.
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; test $${PIPESTATUS[0]} -eq 0
+
+# Debian package name or .deb of the kernel `make kernel-test` boots.
+KERNEL ?= linux-image-cloud-amd64
+
+.PHONY: kernel-test
+kernel-test: ## Kernel tier on another kernel under qemu (KERNEL=Debian package or .deb; default Debian 12's 6.1 cloud kernel).
+	kernel-test/run.sh '$(KERNEL)'
 
 .PHONY: vm-validate
 vm-validate: ## Check the Vagrantfile (the VM itself cannot boot in CI).

@@ -132,7 +132,7 @@ func handleAt(ns *NS) (*netlink.Handle, error) {
 		return nil, fmt.Errorf("open netns %s: %w", ns.Path, err)
 	}
 	defer h.Close()
-	nh, err := netlink.NewHandleAt(h)
+	nh, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink in %s: %w", ns.Name, err)
 	}
