@@ -1,0 +1,329 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// key names a series of repeated points.
+type key struct {
+	receiver string
+	level    float64 // offered target (0: flat out) or configured rate
+}
+
+// results is everything measured, for the report.
+type results struct {
+	c          config
+	start, end time.Time
+	host       string
+	kernel     string
+	cpuModel   string
+	goVersion  string
+	version    string
+	loadStart  string
+	loadEnd    string
+	lab        string
+	cpus       []int
+
+	mapsRaw   string
+	mapsLines []benchLine
+	mapsErr   error
+	fake      []fakeClockCase
+	fakeErr   error
+
+	gen      map[string][]point // generator setups
+	genOrder []string
+	cmp      map[key][]point // comparison: receiver × offered level
+	rnd      map[string][]point
+	acc      map[key][]point // live accuracy: receiver × configured rate
+	hl       map[string][]point
+	skipped  map[string]string
+}
+
+func newResults(c config) *results {
+	r := &results{
+		c: c, start: time.Now(),
+		gen: map[string][]point{}, cmp: map[key][]point{}, rnd: map[string][]point{}, acc: map[key][]point{}, hl: map[string][]point{},
+		skipped: map[string]string{},
+	}
+	r.host, _ = os.Hostname()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		r.kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				r.cpuModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	r.goVersion = runtime.Version()
+	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+		r.version = strings.TrimSpace(string(out))
+	}
+	r.loadStart = loadavg()
+	return r
+}
+
+func (r *results) finish() {
+	r.end = time.Now()
+	r.loadEnd = loadavg()
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	fs := strings.Fields(string(b))
+	if len(fs) < 3 {
+		return "?"
+	}
+	return strings.Join(fs[:3], " ")
+}
+
+// rotate returns xs starting at index i (mod len): each repetition visits
+// the receivers in another order, so that drift in the machine's load
+// does not always hit the same one.
+func rotate[T any](xs []T, i int) []T {
+	i %= len(xs)
+	return append(append([]T(nil), xs[i:]...), xs[:i]...)
+}
+
+// live runs every live measurement.
+func (r *results) live(ctx context.Context, e *env) error {
+	c := r.c
+	limit := limitSpec{rate: c.rate, burst: max(5, c.rate/10)}
+
+	// The generator alone: how fast it goes against the cheapest receiver,
+	// on one CPU and on all, and against the stack.
+	type genSetup struct {
+		label    string
+		receiver string
+		cpus     []int
+		random   bool
+	}
+	setups := []genSetup{
+		{fmt.Sprintf("XDP_DROP, %d CPUs", len(e.cpus)), rcvDrop, e.cpus, false},
+		{"XDP_DROP, 1 CPU", rcvDrop, e.cpus[:1], false},
+		{fmt.Sprintf("XDP_DROP, %d CPUs, random sources", len(e.cpus)), rcvDrop, e.cpus, true},
+		{fmt.Sprintf("XDP_PASS + UDP stack, %d CPUs", len(e.cpus)), rcvNone, e.cpus, false},
+		{fmt.Sprintf("no program (GRO on) + UDP stack, %d CPUs", len(e.cpus)), rcvNoProg, e.cpus, false},
+	}
+	for _, s := range setups {
+		r.genOrder = append(r.genOrder, s.label)
+	}
+	for rep := range c.reps {
+		for _, s := range rotate(setups, rep) {
+			rc, err := e.newReceiver(ctx, s.receiver, limit)
+			if err != nil {
+				return fmt.Errorf("generator, %s: %w", s.label, err)
+			}
+			p, err := e.flat(ctx, rc, s.cpus, s.random, c.warm, c.window)
+			if cerr := rc.close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("generator, %s: %w", s.label, err)
+			}
+			r.gen[s.label] = append(r.gen[s.label], p)
+			progress("generator %d/%d %s: %.2f Mpps, path %.0f ns/pkt", rep+1, c.reps, s.label, p.rate(p.Offered)/1e6, p.pathNS())
+		}
+	}
+
+	// The comparison, flat out and at fixed offered rates.
+	for rep := range c.reps {
+		for _, kind := range rotate(comparisonReceivers, rep) {
+			rc, err := e.newReceiver(ctx, kind, limit)
+			if err != nil {
+				if r.skip(kind, err) {
+					continue
+				}
+				return err
+			}
+			err = func() error {
+				p, err := e.flat(ctx, rc, e.cpus, false, c.warm, c.window)
+				if err != nil {
+					return err
+				}
+				r.cmp[key{kind, 0}] = append(r.cmp[key{kind, 0}], p)
+				progress("compare %d/%d %s flat out: offered %.2f Mpps, admitted %.0f/s, path %.0f ns/pkt",
+					rep+1, c.reps, kind, p.rate(p.Offered)/1e6, p.rate(p.Admitted), p.pathNS())
+				for _, lvl := range c.levels {
+					p, err := e.measure(ctx, rc, e.frame, e.cpus, lvl, c.levelWarm, c.levelWindow)
+					if err != nil {
+						return err
+					}
+					r.cmp[key{kind, lvl}] = append(r.cmp[key{kind, lvl}], p)
+					progress("compare %d/%d %s at %.2f Mpps: offered %.2f Mpps, path %.0f ns/pkt",
+						rep+1, c.reps, kind, lvl/1e6, p.rate(p.Offered)/1e6, p.pathNS())
+				}
+				return nil
+			}()
+			if cerr := rc.close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", kind, err)
+			}
+		}
+	}
+
+	// Random sources against the per-source limiters.
+	perSource := limitSpec{rate: c.srcRate, burst: srcBurst(c.srcRate), perSource: true}
+	for rep := range c.reps {
+		for _, kind := range rotate(randomReceivers, rep) {
+			if _, skipped := r.skipped[kind]; skipped {
+				continue
+			}
+			rc, err := e.newReceiver(ctx, kind, perSource)
+			if err != nil {
+				return fmt.Errorf("random sources, %s: %w", kind, err)
+			}
+			p, err := e.flat(ctx, rc, e.cpus, true, c.warm, c.window)
+			if cerr := rc.close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("random sources, %s: %w", kind, err)
+			}
+			r.rnd[kind] = append(r.rnd[kind], p)
+			progress("random sources %d/%d %s: offered %.2f Mpps, admitted %.0f/s, path %.0f ns/pkt",
+				rep+1, c.reps, kind, p.rate(p.Offered)/1e6, p.rate(p.Admitted), p.pathNS())
+		}
+	}
+
+	// Live accuracy, admitted counted by a sink rule right behind the
+	// limiter, from a standing start, every counter read at rest.
+	for rep := range c.reps {
+		for _, kind := range rotate(accuracyReceivers, rep) {
+			if _, skipped := r.skipped[kind]; skipped {
+				continue
+			}
+			for _, rate := range c.accRates {
+				l := limitSpec{rate: rate, burst: max(5, rate/10), sinkAdmitted: true}
+				rc, err := e.newReceiver(ctx, kind, l)
+				if err != nil {
+					return fmt.Errorf("accuracy, %s: %w", kind, err)
+				}
+				p, err := e.total(ctx, rc, e.frame, e.cpus, c.accDuration)
+				if cerr := rc.close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("accuracy, %s at %.0f/s: %w", kind, rate, err)
+				}
+				p.Burst = l.burst
+				r.acc[key{kind, rate}] = append(r.acc[key{kind, rate}], p)
+				progress("accuracy %d/%d %s at %.0f/s: admitted %.1f/s beyond the burst (offered %.2f Mpps)",
+					rep+1, c.reps, kind, rate, accRate(p), p.rate(p.Offered)/1e6)
+			}
+		}
+	}
+
+	// hashlimit's accuracy by burst and CPUs, with nft limit and xlimit at
+	// the small burst for contrast.
+	for rep := range c.reps {
+		for _, h := range rotate(hashlimitCases(e.cpus, limit.burst), rep) {
+			if _, skipped := r.skipped[h.receiver]; skipped {
+				continue
+			}
+			rc, err := e.newReceiver(ctx, h.receiver, limitSpec{rate: c.rate, burst: h.burst})
+			if err != nil {
+				return fmt.Errorf("%s: %w", h.label(), err)
+			}
+			p, err := e.measure(ctx, rc, e.frame, h.cpus, 0, c.warm, c.window)
+			if cerr := rc.close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", h.label(), err)
+			}
+			r.hl[h.label()] = append(r.hl[h.label()], p)
+			progress("burst %d/%d %s: admitted %.0f/s", rep+1, c.reps, h.label(), p.rate(p.Admitted))
+		}
+	}
+	return nil
+}
+
+// accRate is a standing-start run's admitted rate beyond the burst.
+func accRate(p point) float64 {
+	if p.Window <= 0 {
+		return 0
+	}
+	return (float64(p.Admitted) - p.Burst) / p.Window.Seconds()
+}
+
+// hlCase is one configuration of the burst section.
+type hlCase struct {
+	receiver string
+	burst    float64
+	cpus     []int
+}
+
+func (h hlCase) label() string {
+	unit := "CPUs"
+	if len(h.cpus) == 1 {
+		unit = "CPU"
+	}
+	return fmt.Sprintf("%s, burst %.0f, %d %s", h.receiver, h.burst, len(h.cpus), unit)
+}
+
+func hashlimitCases(cpus []int, burst float64) []hlCase {
+	return []hlCase{
+		{rcvHashlim, 5, cpus[:1]},
+		{rcvHashlim, 5, cpus},
+		{rcvHashlim, burst, cpus[:1]},
+		{rcvHashlim, burst, cpus},
+		{rcvNftLimit, 5, cpus},
+		{rcvXlimit, 5, cpus},
+	}
+}
+
+var (
+	comparisonReceivers = []string{rcvDrop, rcvNone, rcvXlimit, rcvNftLimit, rcvNftMeter, rcvHashlim}
+	randomReceivers     = []string{rcvDrop, rcvXlimit, rcvNftMeter, rcvHashlim}
+	accuracyReceivers   = []string{rcvXlimit, rcvNftLimit}
+)
+
+// skip records a receiver whose tool is missing (nft, iptables-nft) and
+// reports whether the run can go on without it.
+func (r *results) skip(kind string, err error) bool {
+	if kind == rcvNftLimit || kind == rcvNftMeter || kind == rcvHashlim {
+		if _, lerr := exec.LookPath(map[bool]string{true: "iptables-nft", false: "nft"}[kind == rcvHashlim]); lerr != nil {
+			r.skipped[kind] = lerr.Error()
+			return true
+		}
+	}
+	return false
+}
+
+// srcBurst is the per-source burst: two seconds' worth, at least 2. With
+// a burst of 1 a source whose token is back waits for its next packet
+// with the token unspent and gets less than its rate; with 2 the bucket
+// never fills up under the flood and the rate holds.
+func srcBurst(rate float64) float64 { return max(2, 2*rate) }
+
+// flat measures flat out, with the fixed or the random-source frame.
+func (e *env) flat(ctx context.Context, rc receiver, cpus []int, random bool, warm, window time.Duration) (point, error) {
+	frame := e.frame
+	if random {
+		frame = e.frame0
+		if err := e.g.SetRandomSources(randomPrefix); err != nil {
+			return point{}, err
+		}
+		defer e.g.SetRandomSources(netipZero)
+	}
+	return e.measure(ctx, rc, frame, cpus, 0, warm, window)
+}
