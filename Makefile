@@ -89,6 +89,15 @@ bench: build ## Benchmarks (root, ~10 min): per-packet cost, live flood vs nftab
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench -out bench/results
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench AdaptiveScenario -benchtime 1x ./tests/
 
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (FuzzXDP needs root: kernel vs Go model).
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./userspace/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzFeedback$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./userspace/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzPutRules$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./userspace/api/
+	$(GO) test -run '^$$' -fuzz '^FuzzXDP$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./maps/
+
 .PHONY: vm-test
 vm-test: ## Run the whole suite inside a Vagrant VM (needs vagrant + libvirt or VirtualBox).
 	cd vagrant && vagrant up --provision && vagrant ssh -c 'cd /xlimit && sudo env PATH=/usr/local/go/bin:$$PATH make test'
