@@ -61,7 +61,12 @@ func (e *env) services(ipv6 bool) (*lab.UDPCounter, *lab.TCPEcho) {
 // flood runs a UDP flood at offered packets/s to the limited port in the
 // background; the returned func waits for it and returns what it sent.
 func (e *env) flood(ctx context.Context, ipv6 bool, offered float64, d time.Duration) func() lab.FloodResult {
-	spec := e.lab.ClientFlood(ipv6)
+	return e.startFlood(ctx, e.lab.ClientFlood(ipv6), offered, d)
+}
+
+// startFlood completes spec as a 64-byte UDP flood to the limited port at
+// offered packets/s for d and runs it in the background.
+func (e *env) startFlood(ctx context.Context, spec lab.FloodSpec, offered float64, d time.Duration) func() lab.FloodResult {
 	spec.Proto = lab.ProtoUDP
 	spec.DstPort = udpPort
 	spec.PayloadLen = 64
@@ -71,7 +76,7 @@ func (e *env) flood(ctx context.Context, ipv6 bool, offered float64, d time.Dura
 	go func() {
 		res, err := lab.Flood(ctx, spec)
 		if err != nil {
-			e.t.Errorf("flood: %v", err)
+			e.t.Errorf("flood from %v%v: %v", spec.Src, spec.RandomSources, err)
 		}
 		ch <- res
 	}()

@@ -82,20 +82,7 @@ func (e *env) psStatus() psStatus {
 func (e *env) sourceFlood(ctx context.Context, src netip.Addr, random netip.Prefix, rate float64, d time.Duration) func() lab.FloodResult {
 	spec := e.lab.ClientFlood(false)
 	spec.Src, spec.RandomSources = src, random
-	spec.Proto = lab.ProtoUDP
-	spec.DstPort = udpPort
-	spec.PayloadLen = 64
-	spec.Rate = rate
-	spec.Duration = d
-	ch := make(chan lab.FloodResult, 1)
-	go func() {
-		res, err := lab.Flood(ctx, spec)
-		if err != nil {
-			e.t.Errorf("flood from %v%v: %v", src, random, err)
-		}
-		ch <- res
-	}()
-	return func() lab.FloodResult { return <-ch }
+	return e.startFlood(ctx, spec, rate, d)
 }
 
 // TestPerSourceFlood: two attacker addresses flood a UDP port at 20000
