@@ -63,6 +63,23 @@ type Limit struct {
 	Bucket     Bucket
 	DeadlineNS uint64
 	Epoch      uint32
+	Gate       Gate // the circuit breaker's gate on new connections
+}
+
+// GateAll is the Gate.Drop value that drops every new connection.
+const GateAll = 0xffffffff
+
+// Gate is what a rule's circuit breaker does to new TCP connections (SYN
+// without ACK) while its Limit is in force; established traffic is never
+// gated. Dropped SYNs count as drop/breaker.
+type Gate struct {
+	// Drop is the probability, in units of 2^-32, that a SYN is dropped;
+	// 0 gates nothing, GateAll drops all (breaker OPEN).
+	Drop uint32
+	// Probes SYNs of each Round pass a GateAll gate (breaker HALF_OPEN):
+	// the kernel counts them; a new Round value starts a new count.
+	Probes uint32
+	Round  uint32
 }
 
 type bucketState struct {
