@@ -1,0 +1,132 @@
+package rulesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is the Store of a rules source URL.
+type Redis struct {
+	opts   Options
+	client *redis.Client
+	// PingAfter is how long a subscription may stay silent before it is
+	// pinged; a ping unanswered for as long again breaks it (default 5 s).
+	PingAfter time.Duration
+}
+
+// Open returns the Store of o. It does not connect yet.
+func Open(o Options) *Redis {
+	return &Redis{opts: o, client: redis.NewClient(o.Redis), PingAfter: 5 * time.Second}
+}
+
+// Close closes the connections.
+func (r *Redis) Close() error { return r.client.Close() }
+
+// Read implements Store: one MGET of the key and its version.
+func (r *Redis) Read(ctx context.Context) (Document, bool, error) {
+	vals, err := r.client.MGet(ctx, r.opts.Key, r.opts.VersionKey).Result()
+	if err != nil {
+		return Document{}, false, fmt.Errorf("read %s: %w", r.opts.Key, err)
+	}
+	text, ok := vals[0].(string)
+	if !ok {
+		return Document{}, false, nil
+	}
+	var version int64
+	if v, ok := vals[1].(string); ok {
+		if version, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return Document{}, false, fmt.Errorf("read %s: not an integer: %q", r.opts.VersionKey, v)
+		}
+	}
+	return NewDocument([]byte(text), version), true, nil
+}
+
+// Subscribe implements Store.
+func (r *Redis) Subscribe(ctx context.Context) (Subscription, error) {
+	ps := r.client.Subscribe(ctx)
+	// Subscribe with a bounded wait for the confirmation: the client's
+	// Subscribe only sends the command.
+	if err := ps.Subscribe(ctx, r.opts.Channel); err != nil {
+		ps.Close()
+		return nil, fmt.Errorf("subscribe to %s: %w", r.opts.Channel, err)
+	}
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, r.opts.Redis.ReadTimeout)
+		if err != nil {
+			ps.Close()
+			return nil, fmt.Errorf("subscribe to %s: %w", r.opts.Channel, err)
+		}
+		if _, ok := msg.(*redis.Subscription); ok {
+			return &redisSub{ps: ps, pingAfter: r.PingAfter}, nil
+		}
+	}
+}
+
+type redisSub struct {
+	ps        *redis.PubSub
+	pingAfter time.Duration
+}
+
+// Receive implements Subscription. A silent connection is pinged; a ping
+// without an answer breaks the subscription, so a Redis that is gone
+// without closing the connection is noticed too.
+func (s *redisSub) Receive(ctx context.Context) error {
+	pinged := false
+	for {
+		msg, err := s.ps.ReceiveTimeout(ctx, s.pingAfter)
+		var ne net.Error
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &ne) && ne.Timeout() && !pinged:
+			if err := s.ps.Ping(ctx); err != nil {
+				return fmt.Errorf("ping: %w", err)
+			}
+			pinged = true
+			continue
+		case errors.As(err, &ne) && ne.Timeout():
+			return fmt.Errorf("no answer to a ping within %v", s.pingAfter)
+		default:
+			return err
+		}
+		switch msg.(type) {
+		case *redis.Message:
+			return nil
+		case *redis.Pong:
+			pinged = false
+		}
+	}
+}
+
+func (s *redisSub) Close() error { return s.ps.Close() }
+
+// pushScript sets the document, increments its version and announces the
+// new version, atomically. KEYS: key, version key. ARGV: text, channel.
+// It returns {version, number of subscribers that got the message}.
+var pushScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1])
+local v = redis.call('INCR', KEYS[2])
+local n = redis.call('PUBLISH', ARGV[2], v)
+return {v, n}
+`)
+
+// Push stores text as the rules document, increments its version and
+// publishes the version, in one atomic script. The caller validates text.
+// It returns the new version and how many subscribers got the message.
+func (r *Redis) Push(ctx context.Context, text []byte) (version, receivers int64, err error) {
+	res, err := pushScript.Run(ctx, r.client, []string{r.opts.Key, r.opts.VersionKey}, text, r.opts.Channel).Int64Slice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("push the rules to %s: %w", r.opts.Key, err)
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("push the rules to %s: unexpected answer %v", r.opts.Key, res)
+	}
+	return res[0], res[1], nil
+}
