@@ -41,6 +41,16 @@ type Collector struct {
 	overruns              prometheus.Counter
 	mu                    sync.Mutex
 	control               []RuleControl
+
+	sourceUp, sourceVersion, sourceErrors *prometheus.Desc
+	source                                func() RulesSource // nil: no rules source
+}
+
+// RulesSource is the state of a daemon's rules source (--rules-source).
+type RulesSource struct {
+	Up      bool
+	Version int64  // version of the source's document in force; -1 when unknown
+	Errors  uint64 // failed connections, subscriptions and reads
 }
 
 // RuleControl is a steered rule's state after a control tick.
@@ -94,6 +104,15 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			Name: "xlimit_control_overruns_total",
 			Help: "Control loop ticks that took longer than the control period.",
 		}),
+		sourceUp: prometheus.NewDesc("xlimit_rules_source_up",
+			"1 when the rules source (--rules-source) is connected and subscribed.",
+			[]string{}, nil),
+		sourceVersion: prometheus.NewDesc("xlimit_rules_version",
+			"Version of the rules source's document in force (-1: unknown, e.g. running the bootstrap file).",
+			[]string{}, nil),
+		sourceErrors: prometheus.NewDesc("xlimit_rules_source_errors_total",
+			"Failed connections, subscriptions and reads of the rules source.",
+			[]string{}, nil),
 		tick: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xlimit_control_tick_seconds",
 			Help:    "Duration of control loop ticks.",
@@ -114,6 +133,14 @@ func (c *Collector) ObserveTick(d, period time.Duration, rules []RuleControl) {
 	c.mu.Unlock()
 }
 
+// WatchRulesSource makes every scrape export the rules source's state
+// from state.
+func (c *Collector) WatchRulesSource(state func() RulesSource) {
+	c.mu.Lock()
+	c.source = state
+	c.mu.Unlock()
+}
+
 // Reload counts a reload with its result.
 func (c *Collector) Reload(result string) {
 	c.reloads.WithLabelValues(result).Inc()
@@ -127,6 +154,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.latency
 	ch <- c.state
 	ch <- c.stale
+	ch <- c.sourceUp
+	ch <- c.sourceVersion
+	ch <- c.sourceErrors
 	c.errors.Describe(ch)
 	c.reloads.Describe(ch)
 	c.tick.Describe(ch)
@@ -177,8 +207,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.mu.Lock()
-	control := c.control
+	control, source := c.control, c.source
 	c.mu.Unlock()
+	if source != nil {
+		st, up := source(), 0.0
+		if st.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.sourceUp, prometheus.GaugeValue, up)
+		ch <- prometheus.MustNewConstMetric(c.sourceVersion, prometheus.GaugeValue, float64(st.Version))
+		ch <- prometheus.MustNewConstMetric(c.sourceErrors, prometheus.CounterValue, float64(st.Errors))
+	}
 	for _, r := range control {
 		if r.Latency > 0 {
 			ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, r.Latency.Seconds(), r.Rule)
