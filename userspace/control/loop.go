@@ -39,10 +39,16 @@ type RuleSpec struct {
 	Adaptive *config.Adaptive
 	Ports    []config.PortRange
 	SynOnly  bool
+	// CircuitBreaker, when not nil, gates the rule's new connections
+	// (DESIGN.md §5.8) whatever its behavior.
+	CircuitBreaker *config.CircuitBreaker
 }
 
 // Dynamic reports whether the rule needs the loop.
 func (r *RuleSpec) Dynamic() bool {
+	if r.CircuitBreaker != nil {
+		return true
+	}
 	switch r.Behavior {
 	case config.BehaviorWarmUp, config.BehaviorWarmUpPaced, config.BehaviorAdaptive:
 		return true
@@ -57,12 +63,22 @@ type Sampler interface {
 	Sample(rule *RuleSpec, used float64) Signals
 }
 
+// OutcomeSource reads, without blocking, what the service behind a rule
+// with a circuit breaker did since the previous tick. fresh is false when
+// nothing could be read this tick (the outcomes are then empty).
+type OutcomeSource interface {
+	Outcomes(rule *RuleSpec, now time.Time) (o Outcomes, fresh bool)
+}
+
 // RuleReport is one rule's state after a tick.
 type RuleReport struct {
 	Name    string
 	Rate    float64 // the rate written to the kernel
 	Burst   float64
-	State   string // warming, warm, or the AIMD action
+	State   string // warming, warm, the AIMD action, static, system_capped, or the breaker's state for a rule steered by its breaker alone
+	Breaker string // the breaker's state (closed, open, half_open); empty without a breaker
+	// Transition is the breaker's change of state at this tick, if any.
+	Transition *Transition
 	Latency time.Duration
 	Signal  string // what steers the rule: counters (warm-up) or the adaptive signal
 	Stale   bool
@@ -86,6 +102,7 @@ type Loop struct {
 	period  time.Duration
 	hold    time.Duration
 	sampler Sampler
+	outcome OutcomeSource
 	rules   []*ruleState
 
 	// System protection (DESIGN.md 5.6): while the host's CPU usage is at
@@ -104,6 +121,7 @@ type ruleState struct {
 	targets []Target
 	warm    *WarmUp
 	aimd    *AIMD
+	breaker *Breaker
 
 	primed      bool
 	lastTick    time.Time
@@ -143,6 +161,10 @@ func (l *Loop) SetSystem(sys *config.System, cpu func() (float64, bool)) {
 // adaptive rules hold their rate).
 func (l *Loop) SetSampler(s Sampler) { l.sampler = s }
 
+// SetOutcomes sets what reads breaker rules' outcomes (nil: none; their
+// breakers then stay closed, or time out of OPEN into HALF_OPEN and wait).
+func (l *Loop) SetOutcomes(o OutcomeSource) { l.outcome = o }
+
 // Period is the tick period.
 func (l *Loop) Period() time.Duration { return l.period }
 
@@ -178,6 +200,13 @@ func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
 				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
 			}
 			st.aimd = a
+		}
+		if spec.CircuitBreaker != nil {
+			b, err := NewBreaker(*spec.CircuitBreaker, l.clock.Now())
+			if err != nil {
+				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
+			}
+			st.breaker = b
 		}
 		next = append(next, st)
 	}
@@ -219,12 +248,17 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	rep := RuleReport{Name: r.spec.Name, Signal: "counters"}
 	if r.spec.Adaptive != nil {
 		rep.Signal = string(r.spec.Adaptive.Signal)
+	} else if r.breaker != nil && r.warm == nil {
+		rep.Signal = "breaker"
 	}
 	pass, seen, err := r.read()
 	if err != nil {
 		// Keep the last rate; the deadline will pass if this persists.
 		rep.Err, rep.Stale = err, true
 		rep.Rate, rep.Burst, rep.State, rep.Latency = r.rate, r.burst, r.state, r.latency
+		if r.breaker != nil {
+			rep.Breaker = r.breaker.State().String()
+		}
 		return rep
 	}
 	sec := now.Unix()
@@ -298,24 +332,52 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			r.state = ""
 		}
 	}
+	var gate dataplane.Gate
+	if r.breaker != nil {
+		gate = l.stepBreaker(r, now, &rep)
+	}
 	if r.warm == nil && r.aimd == nil && r.state != "system_capped" {
 		r.state = "static"
+		if r.breaker != nil {
+			r.state = rep.Breaker
+		}
 	}
 	if !r.spec.Bytes {
 		burst = math.Max(burst, 1)
 	}
 	if r.warm == nil && r.aimd == nil {
-		// A static rule steered only by system protection keeps its own
-		// rate whenever the host is not overloaded.
+		// A static rule steered only by system protection or its breaker
+		// keeps its own rate whenever the host is not overloaded.
 		r.rate, r.burst = r.spec.Rate, r.spec.Burst
 		rep.Rate, rep.Burst, rep.State = rate, burst, r.state
-		rep.Err = r.write(rate, burst, l.monoNS()+uint64(l.hold))
+		rep.Err = r.write(rate, burst, gate, l.monoNS()+uint64(l.hold))
 		return rep
 	}
 	r.rate, r.burst = rate, burst
 	rep.Rate, rep.Burst, rep.State, rep.Latency = rate, burst, r.state, r.latency
-	rep.Err = r.write(rate, burst, l.monoNS()+uint64(l.hold))
+	rep.Err = r.write(rate, burst, gate, l.monoNS()+uint64(l.hold))
 	return rep
+}
+
+// stepBreaker feeds the rule's breaker this tick's outcomes and returns
+// the gate to put in force with the rule's rate.
+func (l *Loop) stepBreaker(r *ruleState, now time.Time, rep *RuleReport) dataplane.Gate {
+	var o Outcomes
+	fresh := false
+	if l.outcome != nil {
+		o, fresh = l.outcome.Outcomes(&r.spec, now)
+	}
+	if !fresh {
+		o = Outcomes{}
+		if rep.Signal == "breaker" {
+			rep.Stale = true
+		}
+	}
+	if tr, changed := r.breaker.Step(now, o); changed {
+		rep.Transition = &tr
+	}
+	rep.Breaker = r.breaker.State().String()
+	return r.breaker.Gate()
 }
 
 // read sums the rule's passed units and seen packets over its targets.
@@ -337,13 +399,13 @@ func (r *ruleState) read() (pass, seen uint64, err error) {
 	return pass, seen, nil
 }
 
-func (r *ruleState) write(rate, burst float64, deadline uint64) error {
+func (r *ruleState) write(rate, burst float64, gate dataplane.Gate, deadline uint64) error {
 	b, err := dataplane.NewBucket(rate, burst, r.spec.Bytes)
 	if err != nil {
 		return fmt.Errorf("rate of %s: %w", r.spec.Name, err)
 	}
 	for _, t := range r.targets {
-		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch}); err != nil {
+		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch, Gate: gate}); err != nil {
 			return fmt.Errorf("write rate of %s: %w", r.spec.Name, err)
 		}
 	}

@@ -245,3 +245,108 @@ func TestLoopSystemProtection(t *testing.T) {
 		t.Errorf("stale CPU reading: %+v, want the rule's own rate", r)
 	}
 }
+
+type fakeOutcomes struct {
+	by    map[string]Outcomes
+	fresh bool
+}
+
+func (f *fakeOutcomes) Outcomes(rule *RuleSpec, _ time.Time) (Outcomes, bool) {
+	o := f.by[rule.Name]
+	delete(f.by, rule.Name) // outcomes are reported once
+	return o, f.fresh
+}
+
+// A rule with a breaker is steered even when its behavior is reject: each
+// tick writes its static rate with the breaker's gate; the breaker opens
+// on failures, times out to HALF_OPEN with a new round of probes, closes on
+// a successful probe, and keeps its state across an unchanged Configure.
+// An adaptive rule with a breaker keeps its AIMD state and reports the
+// breaker's apart.
+func TestLoopBreaker(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, &fakeSampler{sig: Signals{Latency: 5 * time.Millisecond, CPU: 0.1}})
+	out := &fakeOutcomes{by: map[string]Outcomes{}, fresh: true}
+	loop.SetOutcomes(out)
+	cb := config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 5, Window: time.Second, RetryTimeout: 2 * time.Second, HalfOpenProbes: 1}
+	plain := RuleSpec{Name: "svc", Behavior: config.BehaviorReject, Rate: 100, Burst: 20, SynOnly: true, CircuitBreaker: &cb}
+	ad := config.Adaptive{TargetLatency: 25 * time.Millisecond, MinRate: 50, MaxRate: 500,
+		KA: 5, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05, Signal: config.SignalAcceptQueue}
+	adaptive := RuleSpec{Name: "ad", Behavior: config.BehaviorAdaptive, Rate: 100, Burst: 100, Adaptive: &ad, CircuitBreaker: &cb}
+	specs := []RuleSpec{plain, adaptive}
+	targets := map[string][]Target{"svc": {{Kernel: k, Slot: 2, Epoch: 3}}, "ad": {{Kernel: k, Slot: 4, Epoch: 5}}}
+	if err := loop.Configure(specs, targets); err != nil {
+		t.Fatal(err)
+	}
+	tick := func() (RuleReport, RuleReport) {
+		clock.Advance(50 * time.Millisecond)
+		k.admit(4, 5)
+		rep := loop.Tick()
+		if len(rep.Rules) != 2 {
+			t.Fatalf("tick steers %d rules, want 2", len(rep.Rules))
+		}
+		return rep.Rules[0], rep.Rules[1]
+	}
+	r, a := tick()
+	if r.State != "closed" || r.Breaker != "closed" || r.Signal != "breaker" || r.Rate != 100 || r.Transition != nil {
+		t.Fatalf("healthy: %+v", r)
+	}
+	if a.Breaker != "closed" || a.State == "closed" {
+		t.Fatalf("adaptive: %+v, want the AIMD action as state and the breaker apart", a)
+	}
+	if g := k.limits[2].Gate; g != (dataplane.Gate{}) {
+		t.Fatalf("closed gate %+v", g)
+	}
+	out.by["svc"] = Outcomes{Requests: 6, Errors: 4}
+	r, _ = tick()
+	if r.State != "open" || r.Transition == nil || r.Transition.From != BreakerClosed {
+		t.Fatalf("4 errors in 6: %+v", r)
+	}
+	lim := k.limits[2]
+	if lim.Gate.Drop != dataplane.GateAll || lim.Epoch != 3 || math.Abs(lim.Bucket.Rate()-100) > 1e-6 {
+		t.Fatalf("open: limit %+v, want the static rate with every SYN dropped", lim)
+	}
+	// Unchanged rules keep their breakers.
+	if err := loop.Configure(specs, targets); err != nil {
+		t.Fatal(err)
+	}
+	out.fresh = false // outcomes unreadable: the timeout still runs
+	var halfAt int
+	for i := 1; i <= 60 && halfAt == 0; i++ {
+		if r, _ = tick(); r.State == "half_open" {
+			halfAt = i
+		}
+	}
+	if halfAt == 0 || !r.Stale {
+		t.Fatalf("not half-open 3 s after opening (or not stale): %+v", r)
+	}
+	if halfAt < 39 || halfAt > 41 {
+		t.Errorf("half-open after %d ticks, want 40 (retry timeout 2 s)", halfAt)
+	}
+	if g := k.limits[2].Gate; g.Drop != dataplane.GateAll || g.Probes != 1 {
+		t.Fatalf("half-open gate %+v", g)
+	}
+	out.fresh = true
+	out.by["svc"] = Outcomes{Requests: 1}
+	if r, _ = tick(); r.State != "closed" || r.Transition == nil || r.Transition.From != BreakerHalfOpen {
+		t.Fatalf("after a good probe: %+v", r)
+	}
+	if g := k.limits[2].Gate; g != (dataplane.Gate{}) {
+		t.Fatalf("closed again, gate %+v", g)
+	}
+	// A changed breaker starts closed and afresh.
+	out.by["ad"] = Outcomes{Requests: 5, Errors: 5}
+	if _, a = tick(); a.Breaker != "open" || k.limits[4].Gate.Drop != dataplane.GateAll || k.limits[4].Bucket.Rate() < 50 {
+		t.Fatalf("adaptive rule's breaker: %+v, limit %+v", a, k.limits[4])
+	}
+	cb2 := cb
+	cb2.MinRequests = 6
+	specs[1].CircuitBreaker = &cb2
+	if err := loop.Configure(specs, targets); err != nil {
+		t.Fatal(err)
+	}
+	if _, a = tick(); a.Breaker != "closed" {
+		t.Fatalf("changed breaker: %+v", a)
+	}
+}
