@@ -79,10 +79,10 @@ type RuleReport struct {
 	Breaker string // the breaker's state (closed, open, half_open); empty without a breaker
 	// Transition is the breaker's change of state at this tick, if any.
 	Transition *Transition
-	Latency time.Duration
-	Signal  string // what steers the rule: counters (warm-up) or the adaptive signal
-	Stale   bool
-	Err     error // a kernel read or write failed
+	Latency    time.Duration
+	Signal     string // what steers the rule: counters (warm-up) or the adaptive signal
+	Stale      bool
+	Err        error // a kernel read or write failed
 }
 
 // TickReport is the outcome of one tick.
