@@ -132,6 +132,28 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_stats SEC(".maps");
 
+/* State. Key: slot. Value: the connections in flight to the rule, counted
+ * by the sock_ops program and read by the XDP program on each SYN of a rule
+ * with a concurrency limit. A shared array: one count for all CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_conns);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_conns SEC(".maps");
+
+/* State. Socket storage: the rule a counted connection counts toward.
+ * Freed with the socket; pinned so that a restarted daemon's program
+ * still subtracts the connections counted before. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct xl_sk_conn);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_sk_conns SEC(".maps");
+
 /* Test only. Key 0: the time in ns that the program reads instead of the
  * clock when xl_cfg_fake_clock is set. Not pinned. */
 struct {

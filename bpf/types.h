@@ -72,10 +72,11 @@ enum xl_reason {
 enum xl_rule_flag {
 	XL_RULE_ACTIVE = 1 << 0,
 	XL_RULE_SHADOW = 1 << 1,
-	XL_RULE_BYTES = 1 << 2,	     /* cost is the frame length, not 1 */
-	XL_RULE_FRAG_DROP = 1 << 3,  /* drop non-first fragments outright */
-	XL_RULE_PER_SOURCE = 1 << 4, /* a bucket per source prefix too */
-	XL_RULE_BAN = 1 << 5,	     /* ban sources that stay over their limit */
+	XL_RULE_BYTES = 1 << 2,	      /* cost is the frame length, not 1 */
+	XL_RULE_FRAG_DROP = 1 << 3,   /* drop non-first fragments outright */
+	XL_RULE_PER_SOURCE = 1 << 4,  /* a bucket per source prefix too */
+	XL_RULE_BAN = 1 << 5,	      /* ban sources that stay over their limit */
+	XL_RULE_CONCURRENCY = 1 << 6, /* gate new connections on xl_conns */
 };
 
 /* xl_globals.flags */
@@ -118,7 +119,13 @@ struct xl_rule {
 	__u64 ban_ns;
 	__u8 prefix4; /* source aggregation: IPv4 prefix length */
 	__u8 prefix6; /* source aggregation: IPv6 prefix length */
-	__u8 _pad[6];
+	__u16 _pad;
+	/* XL_RULE_CONCURRENCY: with conc_max connections in flight (xl_conns)
+	 * every new one is dropped; above conc_soft, with a probability rising
+	 * linearly to 1 at conc_max. */
+	__u32 conc_soft;
+	__u32 conc_max;
+	__u32 _pad2;
 };
 
 /* The control loop's rate for a slot (config, written by the daemon only,
@@ -128,8 +135,16 @@ struct xl_limit {
 	/* bpf_ktime_get_ns() time after which the fallback applies again. */
 	__u64 deadline_ns;
 	__u32 epoch; /* must equal xl_rule.epoch to apply */
-	__u32 _pad;
+	/* The circuit breaker's gate on new connections (TCP SYN without
+	 * ACK): dropped with probability gate_drop / 2^32, all of them at
+	 * XL_GATE_ALL, except that the first gate_probes SYNs of each
+	 * gate_round pass an XL_GATE_ALL gate (half-open probes). */
+	__u32 gate_drop;
+	__u32 gate_probes;
+	__u32 gate_round;
 };
+
+#define XL_GATE_ALL 0xffffffffu
 
 /* Packet-independent settings of one generation (config). */
 struct xl_globals {
@@ -137,7 +152,11 @@ struct xl_globals {
 	__u64 frag_match[XL_PROTO_MAX]; /* port rules that take non-first fragments */
 	__u64 syn_only;			/* rules matching only TCP SYN without ACK */
 	__u64 src_filtered;		/* rules with a `sources` filter */
-	__u32 flags;			/* enum xl_global_flag */
+	__u64 concurrent;		/* rules with XL_RULE_CONCURRENCY */
+	/* The network namespace whose sockets xl_count_conns counts (the
+	 * interface's): a cgroup's sockets may live in any namespace. */
+	__u64 netns_cookie;
+	__u32 flags; /* enum xl_global_flag */
 	__u32 _pad;
 };
 
@@ -202,6 +221,23 @@ struct xl_bucket_state {
 	__u64 tat; /* theoretical arrival time, 2^-6 ns, wrapping */
 	__u32 epoch;
 	__u32 _pad;
+	/* Half-open probes: gate_round << 32 | SYNs of that round let through. */
+	__u64 probes;
+};
+
+/* Connections in flight to a rule (state, written by the sock_ops program
+ * only): passively established and not yet closed by the service. */
+struct xl_conns {
+	__s64 count;
+	__u32 epoch; /* the rule the count belongs to */
+	__u32 _pad;
+};
+
+/* What a counted socket remembers (socket storage): the rule it counts
+ * toward, so that its close is subtracted once and from the same rule. */
+struct xl_sk_conn {
+	__u32 slot;
+	__u32 epoch;
 };
 
 /* Per-CPU counters of one slot (state). */

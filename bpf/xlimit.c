@@ -7,6 +7,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "bucket.h"
+#include "conns.h"
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
@@ -49,15 +50,15 @@ static __always_inline __u64 xl_time(__u64 *now)
 	return *now;
 }
 
-/* The bucket in force for a rule: the control loop's while it is fresh and
- * meant for this rule, the static fallback otherwise (fail-static). */
-static __always_inline const struct xl_bucket *xl_bucket_for(const struct xl_rule *r, __u32 slot,
-							     __u64 *now)
+/* The control loop's limit for a rule while it is fresh and meant for this
+ * rule; NULL otherwise, and then the static fallback applies (fail-static). */
+static __always_inline const struct xl_limit *xl_limit_for(const struct xl_rule *r, __u32 slot,
+							   __u64 *now)
 {
 	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
 	if (lim && lim->epoch == r->epoch && xl_time(now) < lim->deadline_ns)
-		return &lim->bucket;
-	return &r->fallback;
+		return lim;
+	return NULL;
 }
 
 /* Applies the rule in one slot of a generation and counts its decision.
@@ -89,7 +90,18 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 		st->tat = xl_time(now) << XL_TIME_SHIFT;
 		st->epoch = r->epoch;
 	}
-	const struct xl_bucket *b = xl_bucket_for(r, slot, now);
+	const struct xl_limit *lim = xl_limit_for(r, slot, now);
+	if (pkt->syn) {
+		if (lim && !xl_gate_admit(lim, st)) {
+			reason = XL_REASON_BREAKER;
+			goto out;
+		}
+		if ((r->flags & XL_RULE_CONCURRENCY) && !xl_conc_admit(r, slot)) {
+			reason = XL_REASON_CONCURRENCY;
+			goto out;
+		}
+	}
+	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
 	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
 		c->credit = 0;
 		c->retry_ns = 0;
@@ -204,4 +216,20 @@ malformed:
 out:
 	xl_count(XL_GLOBAL_SLOT, verdict, reason, len);
 	return verdict == XL_VERDICT_DROP ? XDP_DROP : XDP_PASS;
+}
+
+/* Counts the connections in flight to rules with a concurrency limit
+ * (xl_conns), attached to the root cgroup: see conns.h. */
+SEC("sockops")
+int xlimit_sockops(struct bpf_sock_ops *skops)
+{
+	switch (skops->op) {
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		xl_conn_open(skops);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		xl_conn_state(skops);
+		break;
+	}
+	return 1;
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -117,6 +118,9 @@ func unpinIfResized(path string, want uint32) (bool, error) {
 // Program returns the XDP program.
 func (o *Objects) Program() *ebpf.Program { return o.objs.XlimitXdp }
 
+// SockOps returns the sock_ops program that counts connections in flight.
+func (o *Objects) SockOps() *ebpf.Program { return o.objs.XlimitSockops }
+
 // Close releases the program and maps (pins stay).
 func (o *Objects) Close() error {
 	return o.objs.Close()
@@ -127,15 +131,15 @@ func PinnedNames() []string {
 	return []string{
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlLimits, xdpMapXlBuckets,
-		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources,
+		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
 	}
 }
 
 // Tables is read-write access to the maps alone: what Objects has, and what
 // OpenPinned gives to `xlimit status` without loading a program.
 type Tables struct {
-	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources *ebpf.Map
-	owned                                                                               bool
+	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources, conns *ebpf.Map
+	owned                                                                                      bool
 }
 
 // Tables returns access to the maps of loaded objects.
@@ -145,6 +149,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
+		conns: m.XlConns,
 	}
 }
 
@@ -162,7 +167,7 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		{xdpMapXlGen, &t.gen}, {xdpMapXlConfig, &t.config}, {xdpMapXlRules, &t.rules},
 		{xdpMapXlPorts, &t.ports}, {xdpMapXlPrefix4, &t.prefix4}, {xdpMapXlPrefix6, &t.prefix6},
 		{xdpMapXlLimits, &t.limits}, {xdpMapXlBuckets, &t.buckets}, {xdpMapXlStats, &t.stats},
-		{xdpMapXlSources, &t.sources},
+		{xdpMapXlSources, &t.sources}, {xdpMapXlConns, &t.conns},
 	} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
 		if err != nil {
@@ -181,7 +186,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats, t.sources} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats, t.sources, t.conns} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -248,6 +253,8 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 		FragMatch:   p.Globals.FragMatch,
 		SynOnly:     p.Globals.SynOnly,
 		SrcFiltered: p.Globals.SrcFiltered,
+		Concurrent:  p.Globals.Concurrent,
+		NetnsCookie: netnsCookie(),
 		Flags:       p.Globals.Flags,
 	}
 	if err := t.config.Update(gen, &g, ebpf.UpdateAny); err != nil {
@@ -328,7 +335,7 @@ func (t *Tables) ReadPlan() (*dataplane.Plan, error) {
 	if err := t.config.Lookup(gen, &g); err != nil {
 		return nil, fmt.Errorf("read globals: %w", err)
 	}
-	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Flags: g.Flags}
+	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Concurrent: g.Concurrent, Flags: g.Flags}
 
 	vals, err := t.allPorts()
 	if err != nil {
@@ -399,6 +406,8 @@ func ruleToKernel(r *dataplane.Rule) xdpXlRule {
 		BanNs:      r.BanNS,
 		Prefix4:    r.Prefix4,
 		Prefix6:    r.Prefix6,
+		ConcSoft:   r.ConcSoft,
+		ConcMax:    r.ConcMax,
 	}
 	for i := 0; i < len(r.Name) && i < len(k.Name)-1; i++ {
 		k.Name[i] = int8(r.Name[i])
@@ -424,6 +433,8 @@ func ruleFromKernel(k *xdpXlRule) dataplane.Rule {
 		BanNS:      k.BanNs,
 		Prefix4:    k.Prefix4,
 		Prefix6:    k.Prefix6,
+		ConcSoft:   k.ConcSoft,
+		ConcMax:    k.ConcMax,
 	}
 }
 
@@ -433,6 +444,9 @@ func (t *Tables) SetLimit(slot int, l dataplane.Limit) error {
 		Bucket:     xdpXlBucket{Mult: l.Bucket.Mult, Tol: l.Bucket.Tol},
 		DeadlineNs: l.DeadlineNS,
 		Epoch:      l.Epoch,
+		GateDrop:   l.Gate.Drop,
+		GateProbes: l.Gate.Probes,
+		GateRound:  l.Gate.Round,
 	}
 	if err := t.limits.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write limit %d: %w", slot, err)
@@ -446,7 +460,43 @@ func (t *Tables) Limit(slot int) (dataplane.Limit, error) {
 	if err := t.limits.Lookup(uint32(slot), &v); err != nil {
 		return dataplane.Limit{}, fmt.Errorf("read limit %d: %w", slot, err)
 	}
-	return dataplane.Limit{Bucket: dataplane.Bucket{Mult: v.Bucket.Mult, Tol: v.Bucket.Tol}, DeadlineNS: v.DeadlineNs, Epoch: v.Epoch}, nil
+	return dataplane.Limit{Bucket: dataplane.Bucket{Mult: v.Bucket.Mult, Tol: v.Bucket.Tol}, DeadlineNS: v.DeadlineNs, Epoch: v.Epoch,
+		Gate: dataplane.Gate{Drop: v.GateDrop, Probes: v.GateProbes, Round: v.GateRound}}, nil
+}
+
+// Conns reads the connections in flight to a slot's rule as the sock_ops
+// program counted them, and the epoch of the rule they belong to.
+func (t *Tables) Conns(slot int) (dataplane.Conns, error) {
+	var v xdpXlConns
+	if err := t.conns.Lookup(uint32(slot), &v); err != nil {
+		return dataplane.Conns{}, fmt.Errorf("read connections %d: %w", slot, err)
+	}
+	return dataplane.Conns{Count: v.Count, Epoch: v.Epoch}, nil
+}
+
+// SetConns overwrites a slot's count of connections in flight (tests).
+func (t *Tables) SetConns(slot int, c dataplane.Conns) error {
+	v := xdpXlConns{Count: c.Count, Epoch: c.Epoch}
+	if err := t.conns.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write connections %d: %w", slot, err)
+	}
+	return nil
+}
+
+// netnsCookie identifies the calling thread's network namespace, whose
+// sockets the sock_ops program counts; 0 (count every namespace) where the
+// kernel cannot tell (before 5.14).
+func netnsCookie() uint64 {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		return 0
+	}
+	return c
 }
 
 // BucketTAT reads the theoretical arrival time of a slot's bucket (2^-6 ns)

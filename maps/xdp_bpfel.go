@@ -20,10 +20,11 @@ type xdpXlBucket struct {
 }
 
 type xdpXlBucketState struct {
-	_     structs.HostLayout
-	Tat   uint64
-	Epoch uint32
-	Pad   uint32
+	_      structs.HostLayout
+	Tat    uint64
+	Epoch  uint32
+	Pad    uint32
+	Probes uint64
 }
 
 type xdpXlCache struct {
@@ -34,6 +35,13 @@ type xdpXlCache struct {
 	Tol     uint64
 	Epoch   uint32
 	Pad     uint32
+}
+
+type xdpXlConns struct {
+	_     structs.HostLayout
+	Count int64
+	Epoch uint32
+	Pad   uint32
 }
 
 type xdpXlCounters struct {
@@ -57,6 +65,8 @@ type xdpXlGlobals struct {
 	FragMatch   [4]uint64
 	SynOnly     uint64
 	SrcFiltered uint64
+	Concurrent  uint64
+	NetnsCookie uint64
 	Flags       uint32
 	Pad         uint32
 }
@@ -66,7 +76,9 @@ type xdpXlLimit struct {
 	Bucket     xdpXlBucket
 	DeadlineNs uint64
 	Epoch      uint32
-	Pad        uint32
+	GateDrop   uint32
+	GateProbes uint32
+	GateRound  uint32
 }
 
 type xdpXlLpm4Key struct {
@@ -138,19 +150,29 @@ type xdpXlRule struct {
 	BanNs      uint64
 	Prefix4    uint8
 	Prefix6    uint8
-	Pad        [6]uint8
+	Pad        uint16
+	ConcSoft   uint32
+	ConcMax    uint32
+	Pad2       uint32
 }
 
 type xdpXlRuleFlag uint32
 
 const (
-	xdpXlRuleFlagXL_RULE_ACTIVE     xdpXlRuleFlag = 1
-	xdpXlRuleFlagXL_RULE_SHADOW     xdpXlRuleFlag = 2
-	xdpXlRuleFlagXL_RULE_BYTES      xdpXlRuleFlag = 4
-	xdpXlRuleFlagXL_RULE_FRAG_DROP  xdpXlRuleFlag = 8
-	xdpXlRuleFlagXL_RULE_PER_SOURCE xdpXlRuleFlag = 16
-	xdpXlRuleFlagXL_RULE_BAN        xdpXlRuleFlag = 32
+	xdpXlRuleFlagXL_RULE_ACTIVE      xdpXlRuleFlag = 1
+	xdpXlRuleFlagXL_RULE_SHADOW      xdpXlRuleFlag = 2
+	xdpXlRuleFlagXL_RULE_BYTES       xdpXlRuleFlag = 4
+	xdpXlRuleFlagXL_RULE_FRAG_DROP   xdpXlRuleFlag = 8
+	xdpXlRuleFlagXL_RULE_PER_SOURCE  xdpXlRuleFlag = 16
+	xdpXlRuleFlagXL_RULE_BAN         xdpXlRuleFlag = 32
+	xdpXlRuleFlagXL_RULE_CONCURRENCY xdpXlRuleFlag = 64
 )
+
+type xdpXlSkConn struct {
+	_     structs.HostLayout
+	Slot  uint32
+	Epoch uint32
+}
 
 type xdpXlSource struct {
 	_             structs.HostLayout
@@ -188,14 +210,17 @@ const (
 	xdpMapXlCaches        = "xl_caches"
 	xdpMapXlClock         = "xl_clock"
 	xdpMapXlConfig        = "xl_config"
+	xdpMapXlConns         = "xl_conns"
 	xdpMapXlGen           = "xl_gen"
 	xdpMapXlLimits        = "xl_limits"
 	xdpMapXlPorts         = "xl_ports"
 	xdpMapXlPrefix4       = "xl_prefix4"
 	xdpMapXlPrefix6       = "xl_prefix6"
 	xdpMapXlRules         = "xl_rules"
+	xdpMapXlSkConns       = "xl_sk_conns"
 	xdpMapXlSources       = "xl_sources"
 	xdpMapXlStats         = "xl_stats"
+	xdpProgXlimitSockops  = "xlimit_sockops"
 	xdpProgXlimitXdp      = "xlimit_xdp"
 	xdpVarXlBtfGlobalFlag = "xl_btf_global_flag"
 	xdpVarXlBtfPrefixFlag = "xl_btf_prefix_flag"
@@ -248,7 +273,8 @@ type xdpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpProgramSpecs struct {
-	XlimitXdp *ebpf.ProgramSpec `ebpf:"xlimit_xdp"`
+	XlimitSockops *ebpf.ProgramSpec `ebpf:"xlimit_sockops"`
+	XlimitXdp     *ebpf.ProgramSpec `ebpf:"xlimit_xdp"`
 }
 
 // xdpMapSpecs contains maps before they are loaded into the kernel.
@@ -259,12 +285,14 @@ type xdpMapSpecs struct {
 	XlCaches  *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock   *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig  *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConns   *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlGen     *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlLimits  *ebpf.MapSpec `ebpf:"xl_limits"`
 	XlPorts   *ebpf.MapSpec `ebpf:"xl_ports"`
 	XlPrefix4 *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6 *ebpf.MapSpec `ebpf:"xl_prefix6"`
 	XlRules   *ebpf.MapSpec `ebpf:"xl_rules"`
+	XlSkConns *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlStats   *ebpf.MapSpec `ebpf:"xl_stats"`
 }
@@ -306,12 +334,14 @@ type xdpMaps struct {
 	XlCaches  *ebpf.Map `ebpf:"xl_caches"`
 	XlClock   *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig  *ebpf.Map `ebpf:"xl_config"`
+	XlConns   *ebpf.Map `ebpf:"xl_conns"`
 	XlGen     *ebpf.Map `ebpf:"xl_gen"`
 	XlLimits  *ebpf.Map `ebpf:"xl_limits"`
 	XlPorts   *ebpf.Map `ebpf:"xl_ports"`
 	XlPrefix4 *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6 *ebpf.Map `ebpf:"xl_prefix6"`
 	XlRules   *ebpf.Map `ebpf:"xl_rules"`
+	XlSkConns *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources *ebpf.Map `ebpf:"xl_sources"`
 	XlStats   *ebpf.Map `ebpf:"xl_stats"`
 }
@@ -322,12 +352,14 @@ func (m *xdpMaps) Close() error {
 		m.XlCaches,
 		m.XlClock,
 		m.XlConfig,
+		m.XlConns,
 		m.XlGen,
 		m.XlLimits,
 		m.XlPorts,
 		m.XlPrefix4,
 		m.XlPrefix6,
 		m.XlRules,
+		m.XlSkConns,
 		m.XlSources,
 		m.XlStats,
 	)
@@ -350,11 +382,13 @@ type xdpVariables struct {
 //
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpPrograms struct {
-	XlimitXdp *ebpf.Program `ebpf:"xlimit_xdp"`
+	XlimitSockops *ebpf.Program `ebpf:"xlimit_sockops"`
+	XlimitXdp     *ebpf.Program `ebpf:"xlimit_xdp"`
 }
 
 func (p *xdpPrograms) Close() error {
 	return _XdpClose(
+		p.XlimitSockops,
 		p.XlimitXdp,
 	)
 }

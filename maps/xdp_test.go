@@ -335,6 +335,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		"XL_RULE_FRAG_DROP":      uint64(xdpXlRuleFlagXL_RULE_FRAG_DROP),
 		"XL_RULE_PER_SOURCE":     uint64(xdpXlRuleFlagXL_RULE_PER_SOURCE),
 		"XL_RULE_BAN":            uint64(xdpXlRuleFlagXL_RULE_BAN),
+		"XL_RULE_CONCURRENCY":    uint64(xdpXlRuleFlagXL_RULE_CONCURRENCY),
 		"XL_G_MALFORMED_PASS":    uint64(xdpXlGlobalFlagXL_G_MALFORMED_PASS),
 		"XL_G_PREFIXES_V4":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V4),
 		"XL_G_PREFIXES_V6":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V6),
@@ -369,11 +370,13 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"xl_counters.reasons", len(ctr.Reasons), int(dataplane.ReasonMax)},
 		{"xl_lpm6_key.addr", len(k6.Addr), 16},
 		{"sizeof xl_bucket", binary.Size(xdpXlBucket{}), 16},
-		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 2*16 + 2*8 + 8},
-		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 32},
-		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+2) + 8},
+		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 2*16 + 2*8 + 8 + 8},
+		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 40},
+		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+4) + 8},
 		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
-		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 16},
+		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 24},
+		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
+		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
 		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax))},
 	} {
 		if s.got != s.want {
@@ -400,6 +403,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlBuckets, dataplane.MaxRules, binary.Size(xdpXlBucketState{}), 0},
 		{xdpMapXlStats, dataplane.CounterSlots, binary.Size(ctr), 0},
 		{xdpMapXlCaches, dataplane.MaxRules, binary.Size(xdpXlCache{}), 0},
+		{xdpMapXlConns, dataplane.MaxRules, binary.Size(xdpXlConns{}), 0},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {
@@ -477,6 +481,7 @@ func enumPairs() []enumPair {
 		{"XL_RULE_ACTIVE", uint64(dataplane.RuleActive)}, {"XL_RULE_SHADOW", uint64(dataplane.RuleShadow)},
 		{"XL_RULE_BYTES", uint64(dataplane.RuleBytes)}, {"XL_RULE_FRAG_DROP", uint64(dataplane.RuleFragDrop)},
 		{"XL_RULE_PER_SOURCE", uint64(dataplane.RulePerSource)}, {"XL_RULE_BAN", uint64(dataplane.RuleBan)},
+		{"XL_RULE_CONCURRENCY", uint64(dataplane.RuleConcurrency)},
 		{"XL_G_MALFORMED_PASS", uint64(dataplane.GlobalMalformedPass)},
 		{"XL_G_PREFIXES_V4", uint64(dataplane.GlobalPrefixesV4)}, {"XL_G_PREFIXES_V6", uint64(dataplane.GlobalPrefixesV6)},
 		{"XL_PREFIX_ALLOW", uint64(dataplane.PrefixAllow)}, {"XL_PREFIX_DENY", uint64(dataplane.PrefixDeny)},

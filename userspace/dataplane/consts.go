@@ -113,12 +113,13 @@ var RuleDropReasons = []Reason{ReasonRule, ReasonSource, ReasonConcurrency, Reas
 
 // Rule flags (enum xl_rule_flag).
 const (
-	RuleActive    uint32 = 1 << 0
-	RuleShadow    uint32 = 1 << 1
-	RuleBytes     uint32 = 1 << 2
-	RuleFragDrop  uint32 = 1 << 3
-	RulePerSource uint32 = 1 << 4
-	RuleBan       uint32 = 1 << 5
+	RuleActive      uint32 = 1 << 0
+	RuleShadow      uint32 = 1 << 1
+	RuleBytes       uint32 = 1 << 2
+	RuleFragDrop    uint32 = 1 << 3
+	RulePerSource   uint32 = 1 << 4
+	RuleBan         uint32 = 1 << 5
+	RuleConcurrency uint32 = 1 << 6
 )
 
 // Global flags (enum xl_global_flag).

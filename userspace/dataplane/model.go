@@ -13,6 +13,18 @@ type Model struct {
 	caches   [MaxRules]Cache
 	sources  map[SourceKey]*SourceState
 	Counters [CounterSlots]Counters
+	// Conns are the connections in flight per slot (struct xl_conns),
+	// which the kernel's sock_ops program counts; tests set them.
+	Conns [MaxRules]Conns
+	// Rand stands for bpf_get_prandom_u32 in the probabilistic gates; nil
+	// draws 0 (admit nothing that a probability may drop).
+	Rand func() uint32
+}
+
+// Conns is a slot's count of connections in flight (struct xl_conns).
+type Conns struct {
+	Count int64
+	Epoch uint32
 }
 
 // SourceKey is a per-source bucket's key (struct xl_source_key).
@@ -83,8 +95,9 @@ type Gate struct {
 }
 
 type bucketState struct {
-	tat   uint64
-	epoch uint32
+	tat    uint64
+	epoch  uint32
+	probes uint64 // half-open probes: round << 32 | passed
 }
 
 // Counters mirrors struct xl_counters, summed over CPUs.
@@ -235,8 +248,18 @@ func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict
 		st.tat, st.epoch = nowNS<<TimeShift, r.Epoch
 	}
 	b := r.Fallback
-	if lim := &m.Limits[slot]; lim.Epoch == r.Epoch && nowNS < lim.DeadlineNS {
+	lim := &m.Limits[slot]
+	fresh := lim.Epoch == r.Epoch && nowNS < lim.DeadlineNS
+	if fresh {
 		b = lim.Bucket
+	}
+	if pkt.SYN {
+		if fresh && !m.gateAdmit(&lim.Gate, st) {
+			return VerdictDrop, ReasonBreaker
+		}
+		if r.Flags&RuleConcurrency != 0 && !m.concAdmit(r, slot) {
+			return VerdictDrop, ReasonConcurrency
+		}
 	}
 	c := &m.caches[slot]
 	if c.Epoch != r.Epoch || c.Mult != b.Mult || c.Tol != b.Tol {
@@ -257,6 +280,51 @@ func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict
 		return VerdictPass, ReasonAdmit
 	}
 	return VerdictDrop, ReasonRule
+}
+
+func (m *Model) rand() uint32 {
+	if m.Rand == nil {
+		return 0
+	}
+	return m.Rand()
+}
+
+// gateAdmit is the Go model of conns.h's xl_gate_admit (one CPU: the
+// compare-and-swap always wins).
+func (m *Model) gateAdmit(g *Gate, st *bucketState) bool {
+	switch {
+	case g.Drop == 0:
+		return true
+	case g.Drop != GateAll:
+		return m.rand() >= g.Drop
+	case g.Probes == 0:
+		return false
+	}
+	next := uint64(g.Round)<<32 | 1
+	if uint32(st.probes>>32) == g.Round {
+		next = st.probes + 1
+	}
+	if uint32(next) > g.Probes {
+		return false
+	}
+	st.probes = next
+	return true
+}
+
+// concAdmit is the Go model of conns.h's xl_conc_admit.
+func (m *Model) concAdmit(r *Rule, slot int) bool {
+	c := &m.Conns[slot]
+	if c.Epoch != r.Epoch {
+		return true
+	}
+	switch {
+	case c.Count < int64(r.ConcSoft):
+		return true
+	case c.Count >= int64(r.ConcMax):
+		return false
+	}
+	span := uint64(r.ConcMax - r.ConcSoft)
+	return uint64(m.rand())*span>>32 >= uint64(c.Count-int64(r.ConcSoft))
 }
 
 // sourceAdmit is the Go model of source.h's xl_source_admit (with a table

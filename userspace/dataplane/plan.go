@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -35,6 +36,10 @@ type Rule struct {
 	// Ban (RuleBan): a source over its limit for BanAfterNS is dropped for
 	// BanNS, renewed while it is still over when the ban ends.
 	BanAfterNS, BanNS uint64
+	// Concurrency limit (RuleConcurrency): new connections are refused
+	// with ConcMax in flight, and above ConcSoft with a probability rising
+	// linearly to 1 at ConcMax.
+	ConcSoft, ConcMax uint32
 }
 
 // Active reports whether the slot holds a rule.
@@ -46,6 +51,7 @@ type Globals struct {
 	FragMatch   [ProtoMax]uint64
 	SynOnly     uint64
 	SrcFiltered uint64
+	Concurrent  uint64 // rules with RuleConcurrency
 	Flags       uint32
 }
 
@@ -96,7 +102,12 @@ type RuleSpec struct {
 	Shadow    bool
 	Fragments string // ignore | limit | drop
 	PerSource *PerSourceSpec
+	// Concurrency, when not nil, caps the connections in flight (tcp).
+	Concurrency *ConcurrencySpec
 }
+
+// ConcurrencySpec is a rule's concurrency limit: Soft <= Max.
+type ConcurrencySpec struct{ Soft, Max int }
 
 // PerSourceSpec is a rule's per-source limit.
 type PerSourceSpec struct {
@@ -240,6 +251,14 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 				pr.Flags |= RuleBan
 				pr.BanAfterNS, pr.BanNS = uint64(ps.BanAfter), uint64(ps.BanDuration)
 			}
+		}
+		if c := r.Concurrency; c != nil {
+			if r.Protocol != "tcp" || c.Max < 1 || c.Soft < 0 || c.Soft > c.Max || c.Max > math.MaxInt32 {
+				return nil, fmt.Errorf("compile rule %s: concurrency soft %d max %d on protocol %s: needs tcp and 0 <= soft <= max", r.Name, c.Soft, c.Max, r.Protocol)
+			}
+			pr.Flags |= RuleConcurrency
+			pr.ConcSoft, pr.ConcMax = uint32(c.Soft), uint32(c.Max)
+			p.Globals.Concurrent |= bit
 		}
 		if len(r.Sources) > 0 {
 			p.Globals.SrcFiltered |= bit
