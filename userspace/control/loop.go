@@ -64,10 +64,12 @@ type Sampler interface {
 }
 
 // OutcomeSource reads, without blocking, what the service behind a rule
-// with a circuit breaker did since the previous tick. fresh is false when
-// nothing could be read this tick (the outcomes are then empty).
+// with a circuit breaker did since the previous tick. admitted is what the
+// kernel passed of the rule since then, in the rule's unit (new
+// connections for a syn_only packet rule). fresh is false when nothing
+// could be read this tick (the outcomes are then ignored).
 type OutcomeSource interface {
-	Outcomes(rule *RuleSpec, now time.Time) (o Outcomes, fresh bool)
+	Outcomes(rule *RuleSpec, admitted uint64, now time.Time) (o Outcomes, fresh bool)
 }
 
 // RuleReport is one rule's state after a tick.
@@ -285,6 +287,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	if dt > 0 {
 		used = float64(pass-r.lastPass) / dt
 	}
+	admitted := pass - r.lastPass
 	r.lastTick, r.lastPass = now, pass
 
 	rate, burst := r.rate, r.burst
@@ -334,7 +337,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	}
 	var gate dataplane.Gate
 	if r.breaker != nil {
-		gate = l.stepBreaker(r, now, &rep)
+		gate = l.stepBreaker(r, admitted, now, &rep)
 	}
 	if r.warm == nil && r.aimd == nil && r.state != "system_capped" {
 		r.state = "static"
@@ -361,11 +364,11 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 
 // stepBreaker feeds the rule's breaker this tick's outcomes and returns
 // the gate to put in force with the rule's rate.
-func (l *Loop) stepBreaker(r *ruleState, now time.Time, rep *RuleReport) dataplane.Gate {
+func (l *Loop) stepBreaker(r *ruleState, admitted uint64, now time.Time, rep *RuleReport) dataplane.Gate {
 	var o Outcomes
 	fresh := false
 	if l.outcome != nil {
-		o, fresh = l.outcome.Outcomes(&r.spec, now)
+		o, fresh = l.outcome.Outcomes(&r.spec, admitted, now)
 	}
 	if !fresh {
 		o = Outcomes{}

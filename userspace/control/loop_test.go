@@ -247,11 +247,13 @@ func TestLoopSystemProtection(t *testing.T) {
 }
 
 type fakeOutcomes struct {
-	by    map[string]Outcomes
-	fresh bool
+	by       map[string]Outcomes
+	admitted map[string]uint64
+	fresh    bool
 }
 
-func (f *fakeOutcomes) Outcomes(rule *RuleSpec, _ time.Time) (Outcomes, bool) {
+func (f *fakeOutcomes) Outcomes(rule *RuleSpec, admitted uint64, _ time.Time) (Outcomes, bool) {
+	f.admitted[rule.Name] = admitted
 	o := f.by[rule.Name]
 	delete(f.by, rule.Name) // outcomes are reported once
 	return o, f.fresh
@@ -267,7 +269,7 @@ func TestLoopBreaker(t *testing.T) {
 	clock := NewFakeClock(time.Unix(1_000_000, 0))
 	k := newFakeKernel()
 	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, &fakeSampler{sig: Signals{Latency: 5 * time.Millisecond, CPU: 0.1}})
-	out := &fakeOutcomes{by: map[string]Outcomes{}, fresh: true}
+	out := &fakeOutcomes{by: map[string]Outcomes{}, admitted: map[string]uint64{}, fresh: true}
 	loop.SetOutcomes(out)
 	cb := config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 5, Window: time.Second, RetryTimeout: 2 * time.Second, HalfOpenProbes: 1}
 	plain := RuleSpec{Name: "svc", Behavior: config.BehaviorReject, Rate: 100, Burst: 20, SynOnly: true, CircuitBreaker: &cb}
@@ -299,7 +301,11 @@ func TestLoopBreaker(t *testing.T) {
 		t.Fatalf("closed gate %+v", g)
 	}
 	out.by["svc"] = Outcomes{Requests: 6, Errors: 4}
+	k.admit(2, 6)
 	r, _ = tick()
+	if out.admitted["svc"] != 6 {
+		t.Errorf("the source got %d admitted connections, want 6", out.admitted["svc"])
+	}
 	if r.State != "open" || r.Transition == nil || r.Transition.From != BreakerClosed {
 		t.Fatalf("4 errors in 6: %+v", r)
 	}

@@ -34,6 +34,9 @@ type ProbeResult struct {
 	OK        bool          // the last probe succeeded
 	ErrorRate float64       // failed fraction of the last probeWindow probes
 	Err       error
+	// Seq counts the probes made so far: a reader that remembers it sees
+	// whether a new probe completed since its last read.
+	Seq uint64
 }
 
 const probeWindow = 20
@@ -137,6 +140,7 @@ func (p *Prober) record(at time.Time, lat time.Duration, err error) {
 		}
 	}
 	p.last.At, p.last.OK, p.last.Err = at, err == nil, err
+	p.last.Seq++
 	p.last.ErrorRate = float64(failed) / float64(len(p.window))
 	if err == nil {
 		p.last.Latency = lat

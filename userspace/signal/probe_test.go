@@ -46,9 +46,11 @@ func TestProberTCP(t *testing.T) {
 	}
 	defer p.Close()
 	r := waitProbe(t, p, func(r ProbeResult) bool { return r.OK })
-	if r.Latency <= 0 || r.ErrorRate != 0 {
+	if r.Latency <= 0 || r.ErrorRate != 0 || r.Seq == 0 {
 		t.Errorf("healthy service: %+v", r)
 	}
+	seq := r.Seq
+	waitProbe(t, p, func(r ProbeResult) bool { return r.Seq > seq }) // every probe counts
 	ln.Close()
 	r = waitProbe(t, p, func(r ProbeResult) bool { return r.ErrorRate >= 0.5 })
 	if r.OK || r.Err == nil {
