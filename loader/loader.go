@@ -59,6 +59,9 @@ type Options struct {
 	Mode  Mode   // default ModeAuto
 	// SourceTableSize is the per-source LRU size (0: the default 65536).
 	SourceTableSize int
+	// Cgroup is the cgroup v2 directory whose sockets the connection
+	// counter sees (default: the root of the cgroup2 mount, CgroupRoot).
+	Cgroup string
 }
 
 // Attachment is the program attached to one interface, with its pinned
@@ -76,10 +79,15 @@ type Attachment struct {
 	// SourcesReset reports that the per-source table was re-created at a
 	// new size (its buckets start afresh; nothing else does).
 	SourcesReset bool
+	// ConnCountErr, when not nil, says why connections in flight are not
+	// counted (the sock_ops program is not attached): concurrency limits
+	// then never refuse a connection. Everything else works.
+	ConnCountErr error
 
-	objs *maps.Objects
-	link link.Link
-	lock *os.File
+	objs    *maps.Objects
+	link    link.Link
+	sockOps link.Link
+	lock    *os.File
 }
 
 // Attach loads the program for iface, adopting pinned maps, and attaches it
@@ -149,6 +157,14 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 		}
 	}
 	a.Mode = currentMode(a.Ifindex)
+
+	cgroup := opts.Cgroup
+	if cgroup == "" {
+		cgroup, a.ConnCountErr = CgroupRoot()
+	}
+	if a.ConnCountErr == nil {
+		a.ConnCountErr = a.attachSockOps(a.objs.SockOps(), cgroup)
+	}
 	return a, nil
 }
 
@@ -218,6 +234,10 @@ func (a *Attachment) Close() error {
 		errs = append(errs, a.link.Close())
 		a.link = nil
 	}
+	if a.sockOps != nil {
+		errs = append(errs, a.sockOps.Close())
+		a.sockOps = nil
+	}
 	if a.objs != nil {
 		errs = append(errs, a.objs.Close())
 		a.objs = nil
@@ -242,14 +262,8 @@ func Detach(bpffs, iface string) error {
 		return fmt.Errorf("detach %s: nothing pinned in %s: %w", iface, dir, err)
 	}
 	var errs []error
-	pin := filepath.Join(dir, linkPin)
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if err := l.Detach(); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("detach link: %w", err))
-		}
-		errs = append(errs, l.Unpin(), l.Close())
-	} else if !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("load pinned link: %w", err))
+	for _, pin := range []string{linkPin, sockOpsPin} {
+		errs = append(errs, detachPinnedLink(filepath.Join(dir, pin)))
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -1,0 +1,154 @@
+//go:build linux
+
+package loader
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/lab"
+)
+
+// The connection counter (sock_ops on the root cgroup) and the XDP
+// concurrency gate on real TCP connections through a veth.
+func TestConcurrencyLimitOnRealConnections(t *testing.T) {
+	l, bpffs := setup(t)
+	a, err := attachIn(t, l, bpffs, ModeAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.ConnCountErr != nil {
+		t.Fatalf("connection counter not attached: %v", a.ConnCountErr)
+	}
+	const port = 8080
+	var plan *dataplane.Plan
+	err = l.Server.Do(func() error { // the namespace whose sockets count
+		var err error
+		plan, err = dataplane.Compile(&dataplane.Spec{Rules: []dataplane.RuleSpec{{
+			Name: "web", Protocol: "tcp", Ports: []dataplane.PortRange{{Lo: port, Hi: port}},
+			Rate: 1e6, Burst: 1e6, Concurrency: &dataplane.ConcurrencySpec{Soft: 3, Max: 3},
+		}}}, nil)
+		if err != nil {
+			return err
+		}
+		return a.Tables().Apply(plan)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := plan.Slot("web")
+
+	srv4, err := lab.ListenTCPEcho(l.Server, netip.AddrPortFrom(l.ServerIP4, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv4.Close()
+	srv6, err := lab.ListenTCPEcho(l.Server, netip.AddrPortFrom(l.ServerIP6, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv6.Close()
+
+	dial := func(to netip.Addr, timeout time.Duration) (net.Conn, error) {
+		var c net.Conn
+		err := l.Client.Do(func() error {
+			var err error
+			c, err = net.DialTimeout("tcp", netip.AddrPortFrom(to, port).String(), timeout)
+			return err
+		})
+		return c, err
+	}
+	waitCount := func(want int64) {
+		t.Helper()
+		var got dataplane.Conns
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if got, err = a.Tables().Conns(slot); err != nil {
+				t.Fatal(err)
+			}
+			if got.Count == want {
+				return
+			}
+		}
+		t.Fatalf("connections in flight: %d, want %d", got.Count, want)
+	}
+
+	var open []net.Conn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for i, to := range []netip.Addr{l.ServerIP4, l.ServerIP6, l.ServerIP4} {
+		c, err := dial(to, 2*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d (under the limit): %v", i+1, err)
+		}
+		open = append(open, c)
+	}
+	waitCount(3)
+
+	// At the limit, new connections die at XDP; established ones flow.
+	before, err := a.Tables().Counters(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := dial(l.ServerIP4, 1500*time.Millisecond); err == nil {
+		c.Close()
+		t.Fatal("a fourth connection got through a limit of 3")
+	}
+	after, err := a.Tables().Counters(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after.Reasons[dataplane.ReasonConcurrency] - before.Reasons[dataplane.ReasonConcurrency]; n < 1 {
+		t.Errorf("SYNs dropped for concurrency: %d, want at least 1", n)
+	}
+	if _, err := open[0].Write([]byte("still here\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = open[0].SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := open[0].Read(buf); err != nil || string(buf[:n]) != "still here\n" {
+		t.Fatalf("established connection at the limit: read %q, %v", buf[:n], err)
+	}
+
+	// Closing one (the service closes its end) frees a place.
+	open[1].Close()
+	open = append(open[:1], open[2:]...)
+	waitCount(2)
+	c, err := dial(l.ServerIP6, 2*time.Second)
+	if err != nil {
+		t.Fatalf("connection after one closed: %v", err)
+	}
+	open = append(open, c)
+	waitCount(3)
+
+	// Sockets of another namespace do not count, even on the same port.
+	other, err := lab.ListenTCPEcho(l.Client, netip.AddrPortFrom(l.ClientIP4, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	err = l.Server.Do(func() error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(l.ClientIP4, port).String(), 2*time.Second)
+		if err == nil {
+			defer c.Close()
+			time.Sleep(100 * time.Millisecond)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(3)
+
+	for _, c := range open {
+		c.Close()
+	}
+	open = nil
+	waitCount(0)
+}
