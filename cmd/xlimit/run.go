@@ -202,6 +202,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		}
 	}
 	d.loop.SetSampler(smp)
+	outcomes := newBreakerOutcomes(&d.probes, d.log)
+	defer outcomes.close()
+	d.loop.SetOutcomes(outcomes)
 
 	sources := cfg.SourceTableSize
 	if d.flags.sourceTable > 0 {
@@ -302,6 +305,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 // systemd the loop is alive.
 func (d *daemon) afterTick(rep control.TickReport) {
 	d.metrics.tick(rep, d.loop.Period())
+	d.logBreakers(rep)
 	for _, r := range rep.Rules {
 		if r.Err != nil {
 			d.log.Warn("control tick", "rule", r.Name, "err", r.Err)
@@ -386,7 +390,7 @@ func (d *daemon) controlRules(cfg *config.Config) ([]control.RuleSpec, map[strin
 		spec := control.RuleSpec{
 			Name: r.Name, Behavior: r.Behavior, Rate: r.Rate, Burst: r.EffectiveBurst(),
 			Bytes: r.Unit == config.UnitBytes, WarmUp: r.WarmUp, Paced: r.Paced, Adaptive: r.Adaptive,
-			Ports: r.MergedPorts(), SynOnly: r.SynOnly,
+			Ports: r.MergedPorts(), SynOnly: r.SynOnly, CircuitBreaker: r.CircuitBreaker,
 		}
 		if !spec.Dynamic() && !(cfg.System != nil && spec.SynOnly) {
 			continue

@@ -59,7 +59,7 @@ func (m *metricsServer) tick(rep control.TickReport, period time.Duration) {
 	}
 	rules := make([]metrics.RuleControl, 0, len(rep.Rules))
 	for _, r := range rep.Rules {
-		rules = append(rules, metrics.RuleControl{Rule: r.Name, State: r.State, Latency: r.Latency, Signal: r.Signal, Stale: r.Stale})
+		rules = append(rules, metrics.RuleControl{Rule: r.Name, State: r.State, Breaker: r.Breaker, Latency: r.Latency, Signal: r.Signal, Stale: r.Stale})
 	}
 	m.collector.ObserveTick(rep.Duration, period, rules)
 }

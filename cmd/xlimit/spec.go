@@ -30,6 +30,9 @@ func dataplaneSpec(cfg *config.Config) *dataplane.Spec {
 		for _, p := range r.MergedPorts() {
 			rs.Ports = append(rs.Ports, dataplane.PortRange{Lo: p.Lo, Hi: p.Hi})
 		}
+		if c := r.Concurrency; c != nil {
+			rs.Concurrency = &dataplane.ConcurrencySpec{Soft: c.Soft, Max: c.Max}
+		}
 		if ps := r.PerSource; ps != nil {
 			rs.PerSource = &dataplane.PerSourceSpec{Rate: ps.Rate, Burst: ps.Burst, PrefixV4: ps.PrefixV4, PrefixV6: ps.PrefixV6}
 			if ps.Ban != nil {
@@ -54,11 +57,8 @@ func notEnforced(cfg *config.Config) []string {
 		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
 			add(r, "paced queue: kernel; paced with queue: none applies")
 		}
-		if r.Concurrency != nil {
-			add(r, "concurrency limits")
-		}
-		if r.CircuitBreaker != nil {
-			add(r, "circuit_breaker")
+		if cb := r.CircuitBreaker; cb != nil && cb.SlowRatio > 0 && (r.Adaptive == nil || r.Adaptive.Probe == nil) {
+			add(r, "circuit_breaker slow_ratio without a probe (only probes are timed): only error_ratio, if set, applies")
 		}
 	}
 	if cfg.System != nil {

@@ -17,6 +17,7 @@ import (
 type Table interface {
 	AllCounters() ([dataplane.CounterSlots]dataplane.Counters, error)
 	Limit(slot int) (dataplane.Limit, error)
+	Conns(slot int) (dataplane.Conns, error)
 }
 
 // Target is one interface: its maps and the plan in force on it.
@@ -32,9 +33,9 @@ type Collector struct {
 	targets func() []Target
 	nowNS   func() uint64
 
-	packets, bytes, drops, rate, ifacePackets *prometheus.Desc
-	errors                                    prometheus.Counter
-	reloads                                   *prometheus.CounterVec
+	packets, bytes, drops, rate, conns, ifacePackets *prometheus.Desc
+	errors                                           prometheus.Counter
+	reloads                                          *prometheus.CounterVec
 
 	latency, state, stale *prometheus.Desc
 	tick                  prometheus.Histogram
@@ -57,6 +58,7 @@ type RulesSource struct {
 type RuleControl struct {
 	Rule    string
 	State   string        // warming, warm, or the AIMD action
+	Breaker string        // the circuit breaker's state (closed, open, half_open); empty without one
 	Latency time.Duration // smoothed observed latency (adaptive rules)
 	Signal  string        // the signal the rule is steered by
 	Stale   bool          // the signal could not be read this tick
@@ -77,6 +79,9 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 		drops: prometheus.NewDesc("xlimit_drops_total",
 			"Packets a rule dropped (or would drop, in shadow mode), by reason.",
 			[]string{"iface", "rule", "reason"}, nil),
+		conns: prometheus.NewDesc("xlimit_rule_connections",
+			"Connections in flight to a rule with a concurrency limit (passively established, not yet closed by the service).",
+			[]string{"iface", "rule"}, nil),
 		rate: prometheus.NewDesc("xlimit_rule_rate",
 			"The rate in force for a rule, per second (packets, connections or bytes).",
 			[]string{"iface", "rule", "source"}, nil),
@@ -95,7 +100,7 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			"Smoothed queueing latency the control loop observes for an adaptive rule.",
 			[]string{"rule"}, nil),
 		state: prometheus.NewDesc("xlimit_rule_state",
-			"A steered rule's control state (1 for the current one).",
+			"A steered rule's control state (1 for the current one); a rule with a circuit breaker also has closed, open or half_open.",
 			[]string{"rule", "state"}, nil),
 		stale: prometheus.NewDesc("xlimit_signal_stale",
 			"1 when the signal steering a rule could not be read at the last tick.",
@@ -148,7 +153,7 @@ func (c *Collector) Reload(result string) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.ifacePackets} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.ifacePackets} {
 		ch <- d
 	}
 	ch <- c.latency
@@ -192,6 +197,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				rate, source = lim.Bucket.Rate(), "control"
 			}
 			ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, rate, t.Iface, r.Name, source)
+			if r.Flags&dataplane.RuleConcurrency != 0 {
+				if n, err := t.Table.Conns(slot); err != nil {
+					c.errors.Inc()
+				} else if n.Epoch == r.Epoch {
+					ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, float64(n.Count), t.Iface, r.Name)
+				} else {
+					ch <- prometheus.MustNewConstMetric(c.conns, prometheus.GaugeValue, 0, t.Iface, r.Name)
+				}
+			}
 		}
 		g := &counters[dataplane.GlobalSlot]
 		for reason := range dataplane.ReasonMax {
@@ -223,6 +237,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, r.Latency.Seconds(), r.Rule)
 		}
 		ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, 1, r.Rule, r.State)
+		if r.Breaker != "" && r.Breaker != r.State {
+			// A rule steered by a law and a breaker is in two states.
+			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, 1, r.Rule, r.Breaker)
+		}
 		stale := 0.0
 		if r.Stale {
 			stale = 1
