@@ -223,6 +223,20 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 		}
 	}
 
+	if pc := r.Paced; pc != nil && pc.Queue == QueueKernel {
+		// What the kernel queue (TC u32 filters to an IFB, userspace/tcqueue) can do.
+		at := m.keyAt("paced")
+		switch {
+		case protoOK && proto == ProtoICMP:
+			p.errorf(at, "queue: kernel queues TCP and UDP; protocol icmp can use queue: none")
+		case protoOK && proto == ProtoAny && !hasPorts:
+			p.errorf(at, "queue: kernel with protocol any needs ports (it then queues TCP and UDP)")
+		}
+		if rateOK && unitOK && r.Unit == UnitPackets && rate*pc.MaxQueueingTime.Seconds() < 1 {
+			p.errorf(at, "queue: kernel needs rate × max_queueing_time of at least one packet, got %g", rate*pc.MaxQueueingTime.Seconds())
+		}
+	}
+
 	ctx.active = sectionFor("adaptive", r.Behavior == BehaviorAdaptive, "adaptive applies only to behavior adaptive")
 	if a := p.adaptive(m, ctx); ctx.active {
 		r.Adaptive = a

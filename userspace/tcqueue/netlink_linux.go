@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
-		"strings"
+	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"

@@ -59,6 +59,7 @@ type Queue struct {
 	Protocol config.Protocol // tcp, udp, or any with ports (tcp and udp)
 	Ports    []config.PortRange
 	Sources  []netip.Prefix
+	SynOnly  bool
 	Bytes    bool
 	Rate     float64 // packets or bytes per second
 	MaxQueue time.Duration
@@ -81,7 +82,7 @@ func FromConfig(cfg *config.Config) Spec {
 			continue
 		}
 		s.Queues = append(s.Queues, Queue{
-			Rule: r.Name, Protocol: r.Protocol, Ports: r.MergedPorts(), Sources: r.Sources,
+			Rule: r.Name, Protocol: r.Protocol, Ports: r.MergedPorts(), Sources: r.Sources, SynOnly: r.SynOnly,
 			Bytes: r.Unit == config.UnitBytes, Rate: r.Rate, MaxQueue: r.Paced.MaxQueueingTime,
 		})
 	}
@@ -182,6 +183,8 @@ type Match struct {
 	// Port. A port range becomes the few aligned blocks that cover it
 	// (PortBlocks). PortMask 0 matches every port.
 	Port, PortMask uint16
+	// SynOnly matches TCP SYNs without ACK (new connections) only.
+	SynOnly bool
 }
 
 // Filter is one of the filters tcqueue keeps on an interface's ingress.
@@ -271,7 +274,8 @@ func Filters(iface string, s Spec) ([]Filter, error) {
 		for _, s := range sources {
 			for _, proto := range protos {
 				for _, b := range blocks {
-					out = append(out, Filter{Match: Match{EthType: s.eth, IPProto: proto, Src: s.src, Port: b.Value, PortMask: b.Mask}, Target: target})
+					out = append(out, Filter{Match: Match{EthType: s.eth, IPProto: proto, Src: s.src, Port: b.Value, PortMask: b.Mask,
+						SynOnly: q.SynOnly && proto == ipTCP}, Target: target})
 				}
 			}
 		}
@@ -319,6 +323,9 @@ func (m Match) Keys() []Key {
 		if m.IPProto != 0 && m.PortMask != 0 {
 			ks = append(ks, Key{Off: 20, Val: uint32(m.Port & m.PortMask), Mask: uint32(m.PortMask)})
 		}
+		if m.SynOnly {
+			ks = append(ks, synKey(20))
+		}
 		if len(ks) == 0 {
 			ks = append(ks, Key{}) // every packet of the family
 		}
@@ -341,13 +348,22 @@ func (m Match) Keys() []Key {
 	if m.IPProto != 0 && m.PortMask != 0 {
 		ks = append(ks, Key{Off: 40, Val: uint32(m.Port & m.PortMask), Mask: uint32(m.PortMask)})
 	}
+	if m.SynOnly {
+		ks = append(ks, synKey(40))
+	}
 	if len(ks) == 0 {
 		ks = append(ks, Key{}) // every packet of the family
 	}
 	return ks
 }
 
-func be32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+// synKey matches SYN set and ACK clear in the flags byte of a TCP header
+// at l4 (byte 13: the second byte of the word at 12).
+func synKey(l4 int32) Key { return Key{Off: l4 + 12, Val: 0x00020000, Mask: 0x00120000} }
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
 
 // Sig is a filter as the kernel holds it: the tc protocol, the u32 keys
 // and the target. Two filters with the same Sig classify alike.
