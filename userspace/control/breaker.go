@@ -115,7 +115,9 @@ func NewBreaker(cfg config.CircuitBreaker, now time.Time) (*Breaker, error) {
 	case cfg.HalfOpenProbes < 1:
 		return nil, invalid("new breaker: half-open probes %d: must be at least 1", cfg.HalfOpenProbes)
 	}
-	b := &Breaker{cfg: cfg, epoch: now, bucketLen: max(int64(cfg.Window)/breakerBuckets, 1)}
+	// Rounds start from the clock, not from 0, so that a restarted daemon
+	// does not reuse a round whose probes the kernel already counted.
+	b := &Breaker{cfg: cfg, epoch: now, bucketLen: max(int64(cfg.Window)/breakerBuckets, 1), round: uint32(now.UnixMilli())}
 	b.resetWindow()
 	return b, nil
 }
