@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
@@ -16,6 +19,10 @@ import (
 // concurrency gate on real TCP connections through a veth.
 func TestConcurrencyLimitOnRealConnections(t *testing.T) {
 	l, bpffs := setup(t)
+	// Run-time statistics, to report what the counter costs per callback.
+	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
+		defer st.Close()
+	}
 	a, err := attachIn(t, l, bpffs, ModeAuto)
 	if err != nil {
 		t.Fatal(err)
@@ -151,4 +158,9 @@ func TestConcurrencyLimitOnRealConnections(t *testing.T) {
 	}
 	open = nil
 	waitCount(0)
+
+	if st, err := a.objs.SockOps().Stats(); err == nil && st.RunCount > 0 {
+		t.Logf("sock_ops connection counter: %d callbacks (every TCP socket of the host's cgroups), %v on average",
+			st.RunCount, st.Runtime/time.Duration(st.RunCount))
+	}
 }

@@ -24,6 +24,7 @@ import (
 type slowService struct {
 	ln       net.Listener
 	served   atomic.Int64
+	service  atomic.Int64 // ns per connection; SetService changes it
 	wg       sync.WaitGroup
 	overflow func() uint64
 }
@@ -31,6 +32,7 @@ type slowService struct {
 func startSlowService(t testing.TB, ns *lab.NS, addr netip.AddrPort, backlog, workers int, service time.Duration) *slowService {
 	t.Helper()
 	s := &slowService{}
+	s.service.Store(int64(service))
 	var netstat *signal.NetStat
 	err := ns.Do(func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -73,7 +75,7 @@ func startSlowService(t testing.TB, ns *lab.NS, addr netip.AddrPort, backlog, wo
 				if err != nil {
 					return
 				}
-				time.Sleep(service)
+				time.Sleep(time.Duration(s.service.Load()))
 				_, _ = c.Write([]byte("ok\n"))
 				c.Close()
 				s.served.Add(1)
@@ -87,6 +89,9 @@ func startSlowService(t testing.TB, ns *lab.NS, addr netip.AddrPort, backlog, wo
 	})
 	return s
 }
+
+// SetService changes the service time of the connections accepted from now.
+func (s *slowService) SetService(d time.Duration) { s.service.Store(int64(d)) }
 
 type loadResult struct {
 	attempts, ok int
