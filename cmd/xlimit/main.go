@@ -37,6 +37,7 @@ func commands() []command {
 	return []command{
 		{"run", "attach to interfaces and enforce a rules file (the daemon)", cmdRun},
 		{"check", "validate a rules file without touching the kernel", cmdCheck},
+		{"rules", "push a rules file to Redis for the fleet, or show the one there", cmdRules},
 		{"status", "show rules, rates in force and counters from the pins", cmdStatus},
 		{"top", "live per-rule pass, drop and would-drop rates from the pins", cmdTop},
 		{"detach", "remove xlimit from an interface (the only way protection goes away)", cmdDetach},

@@ -38,11 +38,12 @@ type runFlags struct {
 	period       time.Duration
 	failStatic   time.Duration
 	stallAfter   time.Duration // fault injection for tests: the loop hangs after this
+	rulesSource  string        // Redis URL of the rules (rulesource.go)
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	var f runFlags
-	fs := newFlags(e, "run", "--config FILE [flags]",
+	fs := newFlags(e, "run", "(--config FILE | --rules-source URL [--config FILE]) [flags]",
 		"Attach xlimit to the interfaces and enforce the rules file. SIGHUP reloads the file\n"+
 			"atomically: a file that fails validation is logged and the running rules stay.\n"+
 			"Stopping the daemon leaves the program attached and enforcing (see 'xlimit detach').")
@@ -59,12 +60,13 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&f.stallAfter, "test-stall-loop-after", 0, "fault injection for tests: hang the control loop after this long")
 	_ = fs.MarkHidden("test-stall-loop-after")
 	fs.IntVar(&f.sourceTable, "source-table-size", 0, "per-source LRU table size (overrides source_table_size in the file)")
+	fs.StringVar(&f.rulesSource, "rules-source", "", "follow the rules in Redis: redis://HOST:PORT/DB or unix:///PATH?key=xlimit:rules&channel=xlimit:rules&resync=30s;\n--config is then optional bootstrap rules (see docs/fleet.md)")
 	fs.BoolVar(&f.detachOnExit, "detach-on-exit", false, "detach from the interfaces when the daemon stops (default: protection outlives the daemon)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if f.config == "" {
-		return fmt.Errorf("%w: --config is required", errUsage)
+	if f.config == "" && f.rulesSource == "" {
+		return fmt.Errorf("%w: --config or --rules-source is required", errUsage)
 	}
 	mode, err := loader.ParseMode(f.xdpMode)
 	if err != nil {
@@ -96,6 +98,7 @@ type daemon struct {
 	feedback *feedback
 	probes   probes
 	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
+	src      *ruleSource            // nil without --rules-source
 
 	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
 	plans map[string]*dataplane.Plan
@@ -152,7 +155,7 @@ func (d *daemon) loadStartupConfig() (*config.Config, []byte, error) {
 }
 
 func (d *daemon) run(ctx context.Context) (err error) {
-	cfg, data, err := d.loadStartupConfig()
+	cfg, data, err := d.startupRules(ctx)
 	if err != nil {
 		return err
 	}
@@ -250,8 +253,11 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		}
 		d.metrics = m
 	}
+	defer d.startRulesSource(ctx)()
 	var changes <-chan watch.Change
-	if w, err := watch.New(d.flags.config, watch.Options{Logger: d.log}); err != nil {
+	if d.src != nil || d.flags.config == "" {
+		// With a rules source, --config is bootstrap rules only.
+	} else if w, err := watch.New(d.flags.config, watch.Options{Logger: d.log}); err != nil {
 		d.log.Warn("not watching the rules file; reload with SIGHUP", "err", err)
 	} else {
 		defer w.Close()
@@ -279,7 +285,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			d.log.Info("stopping; protection stays attached", "detach_on_exit", d.flags.detachOnExit)
 			return nil
 		case <-hup:
-			d.reload()
+			d.onHUP()
 		case c := <-changes:
 			switch {
 			case !c.Exists:
@@ -291,7 +297,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 				d.reload()
 			}
 		case req := <-d.applyCh:
-			req.done <- d.applyAPI(req.text)
+			req.done <- d.applyFromAPI(req.text)
+		case doc := <-d.sourceUpdates():
+			d.applySource(doc)
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())
 		case <-stall:

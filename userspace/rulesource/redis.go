@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -129,4 +130,18 @@ func (r *Redis) Push(ctx context.Context, text []byte) (version, receivers int64
 		return 0, 0, fmt.Errorf("push the rules to %s: unexpected answer %v", r.opts.Key, res)
 	}
 	return res[0], res[1], nil
+}
+
+// slogPrintf sends go-redis's own log lines to a slog.Logger at debug
+// level: the Source reports every failure that matters itself.
+type slogPrintf struct{ log *slog.Logger }
+
+func (l slogPrintf) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
+// SetClientLogger routes go-redis's log lines (process-wide) to log at
+// debug level.
+func SetClientLogger(log *slog.Logger) {
+	redis.SetLogger(slogPrintf{log})
 }

@@ -99,6 +99,7 @@ func ParseURL(raw string) (Options, error) {
 	}
 	// The daemon retries with its own backoff; one quick attempt each.
 	ro.MaxRetries = -1
+	ro.DialerRetries = 1
 	ro.PoolSize = 2
 	o.Redis = ro
 	shown, _ := url.Parse(raw)
