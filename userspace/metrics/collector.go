@@ -45,6 +45,24 @@ type Collector struct {
 
 	sourceUp, sourceVersion, sourceErrors *prometheus.Desc
 	source                                func() RulesSource // nil: no rules source
+
+	queueBacklog, queueBytes, queueSent, queueDrops *prometheus.Desc
+	queues                                          func() ([]QueueStat, error) // nil: no kernel queues
+}
+
+// QueueStat is the state of a kernel queue (paced rules with queue: kernel).
+type QueueStat struct {
+	Iface, Rule           string
+	Rate                  float64
+	Backlog, BacklogBytes uint32 // waiting now
+	Sent, Drops           uint64 // packets sent on, dropped because the queue was full
+}
+
+// SetQueues gives the collector the kernel queues to read at each scrape.
+func (c *Collector) SetQueues(fn func() ([]QueueStat, error)) {
+	c.mu.Lock()
+	c.queues = fn
+	c.mu.Unlock()
 }
 
 // RulesSource is the state of a daemon's rules source (--rules-source).
@@ -118,6 +136,18 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 		sourceErrors: prometheus.NewDesc("xlimit_rules_source_errors_total",
 			"Failed connections, subscriptions and reads of the rules source.",
 			[]string{}, nil),
+		queueBacklog: prometheus.NewDesc("xlimit_queue_backlog_packets",
+			"Packets waiting in a rule's kernel queue (queue: kernel).",
+			[]string{"iface", "rule"}, nil),
+		queueBytes: prometheus.NewDesc("xlimit_queue_backlog_bytes",
+			"Bytes waiting in a rule's kernel queue.",
+			[]string{"iface", "rule"}, nil),
+		queueSent: prometheus.NewDesc("xlimit_queue_sent_packets_total",
+			"Packets a rule's kernel queue sent on to the host.",
+			[]string{"iface", "rule"}, nil),
+		queueDrops: prometheus.NewDesc("xlimit_queue_drops_total",
+			"Packets a rule's kernel queue dropped because they would have waited longer than max_queueing_time.",
+			[]string{"iface", "rule"}, nil),
 		tick: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xlimit_control_tick_seconds",
 			Help:    "Duration of control loop ticks.",
@@ -159,6 +189,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.latency
 	ch <- c.state
 	ch <- c.stale
+	for _, d := range []*prometheus.Desc{c.queueBacklog, c.queueBytes, c.queueSent, c.queueDrops} {
+		ch <- d
+	}
 	ch <- c.sourceUp
 	ch <- c.sourceVersion
 	ch <- c.sourceErrors
@@ -221,8 +254,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.mu.Lock()
-	control, source := c.control, c.source
+	control, source, queues := c.control, c.source, c.queues
 	c.mu.Unlock()
+	if queues != nil {
+		qs, err := queues()
+		if err != nil {
+			c.errors.Inc()
+		}
+		for _, q := range qs {
+			ch <- prometheus.MustNewConstMetric(c.queueBacklog, prometheus.GaugeValue, float64(q.Backlog), q.Iface, q.Rule)
+			ch <- prometheus.MustNewConstMetric(c.queueBytes, prometheus.GaugeValue, float64(q.BacklogBytes), q.Iface, q.Rule)
+			ch <- prometheus.MustNewConstMetric(c.queueSent, prometheus.CounterValue, float64(q.Sent), q.Iface, q.Rule)
+			ch <- prometheus.MustNewConstMetric(c.queueDrops, prometheus.CounterValue, float64(q.Drops), q.Iface, q.Rule)
+		}
+	}
 	if source != nil {
 		st, up := source(), 0.0
 		if st.Up {

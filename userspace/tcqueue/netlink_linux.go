@@ -99,13 +99,17 @@ func (m *Manager) Apply(iface string, s Spec) error {
 			return err
 		}
 	}
-	if err := m.syncFilters(link.Attrs().Index, want, ifbs); err != nil {
+	deleted, err := m.syncFilters(link.Attrs().Index, want, ifbs)
+	if err != nil {
 		return err
 	}
-	if err := m.removeIFBs(iface, ifbs); err != nil {
+	removed, err := m.removeIFBs(iface, ifbs)
+	if err != nil {
 		return err
 	}
-	if len(want) == 0 {
+	// The clsact qdisc goes with the last queue, if nobody else's filter
+	// is on it; an interface where tcqueue had nothing is not touched.
+	if len(want) == 0 && deleted+removed > 0 {
 		if err := m.dropIngressIfEmpty(link.Attrs().Index); err != nil {
 			return err
 		}
@@ -257,13 +261,15 @@ func (m *Manager) ensureIFB(iface, rule string, mtu int) (int, error) {
 	return l.Attrs().Index, nil
 }
 
-// removeIFBs deletes tcqueue's IFBs of iface that keep is missing.
-func (m *Manager) removeIFBs(iface string, keep map[string]int) error {
+// removeIFBs deletes tcqueue's IFBs of iface that keep is missing and
+// returns how many it deleted.
+func (m *Manager) removeIFBs(iface string, keep map[string]int) (int, error) {
 	links, err := m.h.LinkList()
 	if err != nil {
-		return fmt.Errorf("list devices: %w", err)
+		return 0, fmt.Errorf("list devices: %w", err)
 	}
 	var errs []error
+	n := 0
 	for _, l := range links {
 		a := l.Attrs()
 		if l.Type() != "ifb" || !strings.HasPrefix(a.Name, IFBPrefix) || !strings.HasPrefix(a.Alias, AliasPrefix+iface+":") {
@@ -276,8 +282,9 @@ func (m *Manager) removeIFBs(iface string, keep map[string]int) error {
 		if err := m.h.LinkDel(l); err != nil {
 			errs = append(errs, fmt.Errorf("delete IFB %s: %w", a.Name, err))
 		}
+		n++
 	}
-	return errors.Join(errs...)
+	return n, errors.Join(errs...)
 }
 
 // qdiscState reads what an IFB holds.
@@ -426,17 +433,18 @@ func (m *Manager) dropIngressIfEmpty(ifindex int) error {
 	return nil
 }
 
-// syncFilters makes the filters in tcqueue's prefs the wanted ones.
-func (m *Manager) syncFilters(ifindex int, want []Filter, ifbs map[string]int) error {
+// syncFilters makes the filters in tcqueue's prefs the wanted ones and
+// returns how many prefs it deleted.
+func (m *Manager) syncFilters(ifindex int, want []Filter, ifbs map[string]int) (int, error) {
 	link := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: ifindex}}
 	have := map[uint16]string{}
 	handles := map[uint16]uint32{}
 	if q, err := m.ingressQdisc(ifindex); err != nil {
-		return err
+		return 0, err
 	} else if q != nil {
 		fs, err := m.h.FilterList(link, netlink.HANDLE_MIN_INGRESS)
 		if err != nil {
-			return fmt.Errorf("list ingress filters: %w", err)
+			return 0, fmt.Errorf("list ingress filters: %w", err)
 		}
 		names := map[int]string{}
 		for name, idx := range ifbs {
@@ -486,7 +494,7 @@ func (m *Manager) syncFilters(ifindex int, want []Filter, ifbs map[string]int) e
 			errs = append(errs, fmt.Errorf("put filter pref %d: %w", f.Pref, err))
 		}
 	}
-	return errors.Join(errs...)
+	return len(plan.Delete), errors.Join(errs...)
 }
 
 // u32Node is the node part of the handle the kernel gives the first node

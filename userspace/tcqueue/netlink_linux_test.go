@@ -219,8 +219,19 @@ func TestQueueReconcile(t *testing.T) {
 	if err := m.h.FilterDel(foreign); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing of tcqueue's left: Remove leaves the interface alone.
 	if err := m.Remove(l.ServerIf); err != nil {
 		t.Fatalf("remove again: %v", err)
+	}
+	if q, _ := m.ingressQdisc(link.Attrs().Index); q == nil {
+		t.Errorf("Remove with nothing of tcqueue's on the interface deleted its clsact")
+	}
+	// Queues again, then gone: the clsact goes with them.
+	if err := m.Apply(l.ServerIf, spec); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if err := m.Remove(l.ServerIf); err != nil {
+		t.Fatalf("remove: %v", err)
 	}
 	if q, _ := m.ingressQdisc(link.Attrs().Index); q != nil {
 		t.Errorf("clsact left after Remove with no filter on it")
