@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/xlimit/xlimit/loader"
@@ -11,7 +12,8 @@ import (
 
 func cmdDetach(_ context.Context, e *env, args []string) error {
 	fs := newFlags(e, "detach", "--iface IF [flags]",
-		"Detach xlimit from an interface and remove its pins: the only command that\n"+
+		"Detach xlimit from an interface and remove its pins and kernel queues (IFB\n"+
+			"devices, TC filters): the only command that\n"+
 			"removes protection. Works whether or not a daemon is running.")
 	iface := fs.String("iface", "", "interface to detach from (required)")
 	bpffs := fs.String("bpffs", loader.DefaultBPFFS, "bpffs mount point")
@@ -24,7 +26,8 @@ func cmdDetach(_ context.Context, e *env, args []string) error {
 	if err := loader.EnsureBPFFS(*bpffs); err != nil {
 		return err
 	}
-	if err := loader.Detach(*bpffs, *iface); err != nil {
+	// The queues go whether or not a program was attached.
+	if err := errors.Join(loader.Detach(*bpffs, *iface), removeQueues(*iface)); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "detached from %s\n", *iface)

@@ -99,6 +99,7 @@ type daemon struct {
 	probes   probes
 	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
 	src      *ruleSource            // nil without --rules-source
+	queues   kernelQueues           // paced rules with queue: kernel (queue.go)
 
 	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
 	plans map[string]*dataplane.Plan
@@ -252,6 +253,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			return err
 		}
 		d.metrics = m
+		m.collector.SetQueues(d.queueStats)
 	}
 	defer d.startRulesSource(ctx)()
 	var changes <-chan watch.Change
@@ -320,6 +322,7 @@ func (d *daemon) afterTick(rep control.TickReport) {
 		}
 		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale)
 	}
+	d.queueRates(rep)
 	d.dog.ping(rep.Start)
 }
 
@@ -353,6 +356,9 @@ func (d *daemon) reload() {
 // when every compilation succeeded.
 func (d *daemon) apply(cfg *config.Config) error {
 	spec := dataplaneSpec(cfg)
+	if err := d.planQueues(cfg); err != nil {
+		return err
+	}
 	plans := make(map[string]*dataplane.Plan, len(d.attach))
 	for _, a := range d.attach {
 		p, err := dataplane.Compile(spec, d.plans[a.Iface])
@@ -369,6 +375,7 @@ func (d *daemon) apply(cfg *config.Config) error {
 		d.plans[a.Iface] = plans[a.Iface]
 		d.mu.Unlock()
 	}
+	d.applyQueues(cfg)
 	d.cfg = cfg
 	d.feedback.configure(cfg)
 	if err := d.probes.configure(cfg); err != nil {
@@ -446,6 +453,7 @@ func (d *daemon) close() error {
 	if d.metrics != nil {
 		errs = append(errs, d.metrics.close())
 	}
+	errs = append(errs, d.closeQueues())
 	for _, a := range d.attach {
 		errs = append(errs, a.Close())
 		if d.flags.detachOnExit {

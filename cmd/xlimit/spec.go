@@ -54,9 +54,6 @@ func notEnforced(cfg *config.Config) []string {
 	}
 	for i := range cfg.Rules {
 		r := &cfg.Rules[i]
-		if r.Paced != nil && r.Paced.Queue == config.QueueKernel {
-			add(r, "paced queue: kernel; paced with queue: none applies")
-		}
 		if cb := r.CircuitBreaker; cb != nil && cb.SlowRatio > 0 && (r.Adaptive == nil || r.Adaptive.Probe == nil) {
 			add(r, "circuit_breaker slow_ratio without a probe (only probes are timed): only error_ratio, if set, applies")
 		}
