@@ -4,6 +4,7 @@ package main
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,25 @@ func TestBreakerOutcomesProbe(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if o := sum(300 * time.Millisecond); o.Requests < 3 || o.Errors != o.Requests {
 		t.Errorf("refused probes: %+v", o)
+	}
+}
+
+// A breaker is enforced; only its slow check without a probe is not.
+func TestBreakerNotEnforced(t *testing.T) {
+	for _, c := range []struct {
+		breaker string
+		warn    bool
+	}{
+		{"{error_ratio: 0.5}", false},
+		{"{slow_latency: 100ms, slow_ratio: 0.5}", true},
+	} {
+		cfg, err := config.Parse("t.yaml", []byte("rules:\n  - name: b\n    protocol: tcp\n    ports: [80]\n    syn_only: true\n    rate: 100\n    circuit_breaker: "+c.breaker+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := notEnforced(cfg)
+		if warned := len(got) == 1 && strings.Contains(got[0], "slow_ratio without a probe"); warned != c.warn || (!c.warn && len(got) != 0) {
+			t.Errorf("%s: not enforced %q, want a slow_ratio warning: %v", c.breaker, got, c.warn)
+		}
 	}
 }
