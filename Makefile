@@ -61,6 +61,7 @@ lint: ## gofmt, go vet, staticcheck, clang-format.
 .PHONY: test-unit
 test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.
 	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./cmd/... ./deploy/...
+	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
 .PHONY: test-kernel
 test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock.
