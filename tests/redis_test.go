@@ -424,23 +424,43 @@ func TestRedisDown(t *testing.T) {
 	}
 }
 
-// TestRedisAPIRefused: PUT /v1/rules is refused while the rules come from
-// Redis; a daemon with no source document, no snapshot and no --config
-// refuses to start.
-func TestRedisAPIRefused(t *testing.T) {
+// TestRedisStartAndAPI: a daemon with no source document, no snapshot and
+// no --config refuses to start; with an invalid source document it runs
+// the --config bootstrap rules and says why; a push then takes over;
+// PUT /v1/rules is refused while the rules come from Redis; SIGHUP reads
+// the key at once (a change without PUBLISH, default 30 s resync).
+func TestRedisStartAndAPI(t *testing.T) {
 	requireRoot(t)
 	r := startRedis(t)
 	e := newEnv(t)
-	// Nothing to start with.
 	out, err := e.lab.Server.Command(context.Background(), xlimitBin, "run", "--rules-source", r.url(""), "--iface", e.lab.ServerIf,
 		"--bpffs", e.bpffs, "--state-dir", e.stateDir, "--metrics-addr", "", "--api-socket", "").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "no rules to start with") {
 		t.Errorf("a daemon with no rules anywhere: %v:\n%s", err, out)
 	}
 
+	if _, err := r.do("SET", "xlimit:rules", "rules: [oops"); err != nil {
+		t.Fatal(err)
+	}
+	d := e.startDaemon(e.writeRules("bootstrap.yaml", rateRules(800)), "--rules-source", r.url(""))
+	for _, want := range []string{"the rules source's document is invalid", "RUNNING THE BOOTSTRAP RULES FILE"} {
+		if !strings.Contains(d.Log(), want) {
+			t.Errorf("the daemon did not log %q:\n%s", want, d.Log())
+		}
+	}
+	if got := ruleRate(t, e); !within(got, 800, 1e-9) {
+		t.Errorf("bootstrap rules: rate %v, want 800", got)
+	}
+
+	h := &fleetHost{e: e, d: d, api: api.NewClient(filepath.Join(e.dir, "api.sock"))}
+	defer h.api.Close()
+	t0 := time.Now()
 	r.push(t, e, limitRules())
-	h := &fleetHost{e: e}
-	h.start(t, r.url(""))
+	waitRules(t, []*fleetHost{h}, limitRules(), 1, t0, 5*time.Second)
+	if got := ruleRate(t, e); !within(got, limitPPS, 1e-9) {
+		t.Errorf("after a push: rate %v, want %d", got, limitPPS)
+	}
+
 	_, err = h.api.PutRules(context.Background(), []byte(rateRules(5000)), "")
 	var se *api.StatusError
 	if !errors.As(err, &se) || se.Code != 422 || !strings.Contains(se.Error(), "xlimit rules push") {
@@ -448,6 +468,19 @@ func TestRedisAPIRefused(t *testing.T) {
 	}
 	if got := ruleRate(t, e); !within(got, limitPPS, 1e-9) {
 		t.Errorf("a refused PUT changed the rate to %v", got)
+	}
+
+	if _, err := r.do("SET", "xlimit:rules", rateRules(600)); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	if err := d.signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	took := waitRules(t, []*fleetHost{h}, rateRules(600), 1, t0, 5*time.Second)
+	t.Logf("e2e redis SIGHUP: a change without PUBLISH applied %v after SIGHUP (resync 30 s)", took[0].Round(time.Millisecond))
+	if !strings.Contains(d.Log(), "why=refresh") {
+		t.Errorf("the change was not read because of SIGHUP:\n%s", d.Log())
 	}
 }
 
