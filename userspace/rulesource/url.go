@@ -97,10 +97,15 @@ func ParseURL(raw string) (Options, error) {
 	if ro.WriteTimeout == 0 {
 		ro.WriteTimeout = 2 * time.Second
 	}
-	// The daemon retries with its own backoff; one quick attempt each.
-	ro.MaxRetries = -1
+	// The daemon retries with its own backoff: one attempt each, unless
+	// the URL says otherwise.
+	if !q.Has("max_retries") {
+		ro.MaxRetries = -1
+	}
 	ro.DialerRetries = 1
-	ro.PoolSize = 2
+	if !q.Has("pool_size") {
+		ro.PoolSize = 2
+	}
 	o.Redis = ro
 	shown, _ := url.Parse(raw)
 	o.URL = shown.Redacted()

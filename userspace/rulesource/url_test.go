@@ -36,6 +36,12 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: TLS %v", tc.url, o.Redis.TLSConfig != nil)
 		}
 	}
+	if o, err := ParseURL("redis://h?max_retries=3&pool_size=5"); err != nil || o.Redis.MaxRetries != 3 || o.Redis.PoolSize != 5 {
+		t.Errorf("go-redis parameters: %v, max_retries %d pool_size %d", err, o.Redis.MaxRetries, o.Redis.PoolSize)
+	}
+	if o, _ := ParseURL("redis://h"); o.Redis.MaxRetries != -1 || o.Redis.PoolSize != 2 || o.Redis.DialTimeout != 2*time.Second {
+		t.Errorf("defaults: max_retries %d pool_size %d dial_timeout %v", o.Redis.MaxRetries, o.Redis.PoolSize, o.Redis.DialTimeout)
+	}
 	for url, want := range map[string]string{
 		"http://h":                 "scheme",
 		"redis://h?resync=10ms":    "resync",
