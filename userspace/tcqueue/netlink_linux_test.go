@@ -82,17 +82,19 @@ func TestQueuePacesBurst(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 	got := burst(t, l, port, 100, 500*time.Millisecond)
-	// One passes at once, 30 wait (100/s × 300 ms); the other 69 are dropped.
-	if len(got) < 30 || len(got) > 33 {
-		t.Errorf("received %d of a burst of 100, want 31 (1 + 100/s × 300ms) within a packet or two", len(got))
+	// Two pass at once (the bucket), 30 wait (100/s × 300 ms); the other 68
+	// are dropped.
+	if len(got) < 31 || len(got) > 33 {
+		t.Errorf("received %d of a burst of 100, want 32 (2 + 100/s × 300ms) within a packet", len(got))
 	}
 	var waits []time.Duration
 	for _, s := range got {
 		waits = append(waits, s.Wait())
 	}
 	slices.Sort(waits)
-	span := got[len(got)-1].Recv.Sub(got[0].Recv)
-	rate := float64(len(got)-1) / span.Seconds()
+	// The first PacketBurst leave at once; the rest 1/rate apart.
+	span := got[len(got)-1].Recv.Sub(got[PacketBurst-1].Recv)
+	rate := float64(len(got)-PacketBurst) / span.Seconds()
 	t.Logf("received %d, span %v, rate %.1f/s, wait min %v max %v", len(got), span, rate, waits[0], waits[len(waits)-1])
 	if rate < 95 || rate > 105 {
 		t.Errorf("paced at %.1f/s, want 100/s ± 5%%", rate)
