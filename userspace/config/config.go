@@ -21,18 +21,20 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
 // Limits and defaults of the rules file.
 const (
 	// MaxRules is the number of rule slots in the kernel's rule table.
-	MaxRules = 64
+	MaxRules = dataplane.MaxRules
 	// MaxRuleNameLen is the longest rule name; names are metric labels and
 	// are stored in a fixed-size field of the rule table.
 	MaxRuleNameLen = 31
 
-	DefaultSourceTableSize = 65536
-	MaxSourceTableSize     = 1 << 24
+	DefaultSourceTableSize = dataplane.DefaultSourceTableSize
+	MaxSourceTableSize     = dataplane.MaxSourceTableSize
 
 	// Rates, per second. Outside these bounds the kernel's fixed-point
 	// arithmetic could lose precision or overflow.

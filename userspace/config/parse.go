@@ -183,6 +183,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		}
 		c.Rules = append(c.Rules, *r)
 	}
+	p.checkLimits(m, c)
 	return c
 }
 
