@@ -3,6 +3,7 @@ package rulesource
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -125,18 +126,6 @@ func (c *collect) versions() []int64 {
 	return v
 }
 
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // start runs a Source over store in the bubble; the returned func stops it.
 func start(t *testing.T, store Store, cfg Config, seed *Document) (*Source, *collect, func()) {
 	src := New(store, cfg)
@@ -158,13 +147,13 @@ func TestSourceFollowsMessages(t *testing.T) {
 		src, c, stop := start(t, f, Config{Resync: 30 * time.Second}, nil)
 		defer stop()
 		synctest.Wait()
-		if !src.Up() || !equal(c.versions(), []int64{1}) {
+		if !src.Up() || !slices.Equal(c.versions(), []int64{1}) {
 			t.Fatalf("after connecting: up %v, delivered %v, want up and [1]", src.Up(), c.versions())
 		}
 		t0 := time.Now()
 		f.Publish("rules: [] # 2\n", 2)
 		synctest.Wait()
-		if !equal(c.versions(), []int64{1, 2}) || !c.at[1].Equal(t0) {
+		if !slices.Equal(c.versions(), []int64{1, 2}) || !c.at[1].Equal(t0) {
 			t.Fatalf("after a message: delivered %v at %v, want [1 2] at once", c.versions(), c.at)
 		}
 		// A message without a change (a push of the same text bumps the
@@ -173,7 +162,7 @@ func TestSourceFollowsMessages(t *testing.T) {
 		f.subs[0].msgs <- struct{}{}
 		f.mu.Unlock()
 		synctest.Wait()
-		if !equal(c.versions(), []int64{1, 2}) {
+		if !slices.Equal(c.versions(), []int64{1, 2}) {
 			t.Fatalf("a message without a change delivered %v", c.versions())
 		}
 		if src.Errors() != 0 {
@@ -196,12 +185,12 @@ func TestSourceResyncCatchesLostMessage(t *testing.T) {
 		f.Set("b\n", 2) // silently
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
-		if !equal(c.versions(), []int64{1}) {
+		if !slices.Equal(c.versions(), []int64{1}) {
 			t.Fatalf("before the resync: delivered %v, want [1]", c.versions())
 		}
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		if !equal(c.versions(), []int64{1, 2}) || c.at[1].Sub(t0) != 10*time.Second {
+		if !slices.Equal(c.versions(), []int64{1, 2}) || c.at[1].Sub(t0) != 10*time.Second {
 			t.Fatalf("delivered %v at %v, want [1 2] with 2 at +10s", c.versions(), c.at)
 		}
 		// A text set by hand without a version is a change too.
@@ -262,7 +251,7 @@ func TestSourceBackoff(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if !src.Up() || !equal(c.versions(), []int64{3}) || src.Errors() != 8 {
+		if !src.Up() || !slices.Equal(c.versions(), []int64{3}) || src.Errors() != 8 {
 			t.Fatalf("after recovery: up %v, delivered %v, errors %d; want up, [3], 8", src.Up(), c.versions(), src.Errors())
 		}
 	})
@@ -286,7 +275,7 @@ func TestSourceReconnectReads(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if !src.Up() || !equal(c.versions(), []int64{1, 2}) {
+		if !src.Up() || !slices.Equal(c.versions(), []int64{1, 2}) {
 			t.Fatalf("after reconnecting: up %v, delivered %v; want up, [1 2]", src.Up(), c.versions())
 		}
 
@@ -304,7 +293,7 @@ func TestSourceReconnectReads(t *testing.T) {
 		f.Set("c\n", 3)
 		src.Refresh() // a refresh while down retries at once
 		synctest.Wait()
-		if !src.Up() || !equal(c.versions(), []int64{1, 2, 3}) {
+		if !src.Up() || !slices.Equal(c.versions(), []int64{1, 2, 3}) {
 			t.Fatalf("after refresh: up %v, delivered %v", src.Up(), c.versions())
 		}
 	})
@@ -323,7 +312,7 @@ func TestSourceMissingKey(t *testing.T) {
 		}
 		f.Publish("a\n", 1)
 		synctest.Wait()
-		if !equal(c.versions(), []int64{1}) {
+		if !slices.Equal(c.versions(), []int64{1}) {
 			t.Fatalf("delivered %v", c.versions())
 		}
 	})
