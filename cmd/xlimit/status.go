@@ -181,7 +181,55 @@ func readStatus(bpffs, iface string) (ifaceStatus, error) {
 		st.Rules = append(st.Rules, rs)
 	}
 	st.Total = toCounterStatus(&counters[dataplane.GlobalSlot])
+	mem, err := maps.PinnedMemory(st.PinDir)
+	if err != nil {
+		return st, err
+	}
+	st.Memory = toMemoryStatus(mem)
 	return st, nil
+}
+
+func toMemoryStatus(mem []maps.MapMemory) *api.MemoryStatus {
+	s := &api.MemoryStatus{Maps: []api.MapMemory{}}
+	for _, m := range mem {
+		s.Maps = append(s.Maps, api.MapMemory{
+			Name: m.Name, Type: m.Type, KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries,
+			MemlockBytes: m.Memlock, EstimateBytes: m.Estimate,
+		})
+		s.MemlockBytes += m.Memlock
+		s.EstimateBytes += m.Estimate
+	}
+	return s
+}
+
+// printMemory prints the maps' memory on one line: the total, then the
+// largest maps.
+func printMemory(w io.Writer, m *api.MemoryStatus) {
+	fmt.Fprintf(w, "  memory: %s in %d maps (kernel memlock; estimated %s):", fmtBytes(m.MemlockBytes), len(m.Maps), fmtBytes(m.EstimateBytes))
+	for i, mm := range m.Maps {
+		if i == 4 {
+			fmt.Fprint(w, " …")
+			break
+		}
+		n := mm.MemlockBytes
+		if n == 0 {
+			n = mm.EstimateBytes
+		}
+		fmt.Fprintf(w, " %s %s", mm.Name, fmtBytes(n))
+	}
+	fmt.Fprintln(w)
+}
+
+func fmtBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func printStatus(w io.Writer, st *ifaceStatus) {
@@ -220,6 +268,9 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 			}
 			fmt.Fprintf(w, "    %-43s %12d%s\n", src.Prefix, src.Drops, banned)
 		}
+	}
+	if st.Memory != nil {
+		printMemory(w, st.Memory)
 	}
 	if len(st.Total.Reasons) > 0 {
 		fmt.Fprintf(w, "  by reason:")

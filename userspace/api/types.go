@@ -26,6 +26,8 @@ type IfaceStatus struct {
 	Generation uint32        `json:"generation"`
 	Rules      []RuleStatus  `json:"rules"`
 	Total      CounterStatus `json:"total"`
+	// Memory is the kernel memory of the interface's maps.
+	Memory *MemoryStatus `json:"memory,omitempty"`
 }
 
 // RuleStatus is one rule of an interface.
