@@ -113,6 +113,8 @@ struct xl_pkt {
 	__u8 syn;	/* TCP SYN without ACK */
 	__u8 fragment;	/* non-first fragment: no L4 header */
 	__u8 exempt;	/* never rule-limited (ICMPv6 neighbour discovery) */
+	__u8 l3_off;	/* offset of the IP header in the frame */
+	__u16 l4_off;	/* offset of the L4 header (valid once parsed) */
 };
 
 struct xl_cursor {

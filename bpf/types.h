@@ -223,6 +223,9 @@ struct xl_bucket_state {
 	__u32 _pad;
 	/* Half-open probes: gate_round << 32 | SYNs of that round let through. */
 	__u64 probes;
+	/* The bucket of the resets answering refused SYNs: the rule's rate,
+	 * charged separately (as tat). */
+	__u64 reset_tat;
 };
 
 /* Connections in flight to a rule (state, written by the sock_ops program

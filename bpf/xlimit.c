@@ -8,6 +8,7 @@
 
 #include "bucket.h"
 #include "conns.h"
+#include "reset.h"
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
@@ -61,8 +62,12 @@ static __always_inline const struct xl_limit *xl_limit_for(const struct xl_rule 
 	return NULL;
 }
 
+/* xl_apply_rule's flag: answer the dropped packet with a TCP reset. */
+#define XL_APPLY_RESET (1 << 16)
+
 /* Applies the rule in one slot of a generation and counts its decision.
- * Returns the rule's verdict in the low byte and its reason in the next.
+ * Returns the rule's verdict in the low byte, its reason in the next, and
+ * XL_APPLY_RESET when the drop is to be answered with a reset.
  * *now is the packet's time, read on first need (0: not read yet).
  *
  * A global (not inlined) function: the verifier checks it once, not once
@@ -80,6 +85,7 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 
 	__u32 verdict = XL_VERDICT_DROP;
 	__u32 reason = XL_REASON_RULE;
+	__u32 reset = 0;
 	if (pkt->fragment && (r->flags & XL_RULE_FRAG_DROP)) {
 		reason = XL_REASON_FRAGMENT;
 		goto out;
@@ -88,19 +94,10 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 		/* The slot belonged to another rule: start full (a TAT of
 		 * now). Two CPUs may both reset; it starts full once. */
 		st->tat = xl_time(now) << XL_TIME_SHIFT;
+		st->reset_tat = 0;
 		st->epoch = r->epoch;
 	}
 	const struct xl_limit *lim = xl_limit_for(r, slot, now);
-	if (pkt->syn) {
-		if (lim && !xl_gate_admit(lim, st)) {
-			reason = XL_REASON_BREAKER;
-			goto out;
-		}
-		if ((r->flags & XL_RULE_CONCURRENCY) && !xl_conc_admit(r, slot)) {
-			reason = XL_REASON_CONCURRENCY;
-			goto out;
-		}
-	}
 	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
 	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
 		c->credit = 0;
@@ -110,6 +107,24 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 		c->epoch = r->epoch;
 	}
 	__u64 inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
+
+	/* New connections meet the breaker's and the concurrency gates. A
+	 * refused one is answered with a reset, so that its client fails at
+	 * once, while the resets stay within the rule's rate (their own
+	 * bucket): a spoofed flood is not reflected beyond it. */
+	if (pkt->syn) {
+		if (lim && !xl_gate_admit(lim, st))
+			reason = XL_REASON_BREAKER;
+		else if ((r->flags & XL_RULE_CONCURRENCY) && !xl_conc_admit(r, slot))
+			reason = XL_REASON_CONCURRENCY;
+		if (reason != XL_REASON_RULE) {
+			__u64 retry_u;
+			if (xl_gcra_take(&st->reset_tat, b->tol, xl_time(now) << XL_TIME_SHIFT, inc,
+					 inc, &retry_u))
+				reset = XL_APPLY_RESET;
+			goto out;
+		}
+	}
 
 	/* The rule-wide bucket known empty: drop before the per-source table
 	 * is touched, so a spoofed flood costs no LRU insert once it is over
@@ -128,7 +143,7 @@ out:
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
 		verdict = XL_VERDICT_WOULD_DROP;
 	xl_count(slot, verdict, reason, len);
-	return verdict | reason << 8;
+	return verdict | reason << 8 | (verdict == XL_VERDICT_DROP ? reset : 0);
 }
 
 SEC("xdp")
@@ -142,6 +157,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 	struct xl_pkt pkt = {};
 	__u32 verdict = XL_VERDICT_PASS;
 	__u32 reason = XL_REASON_NO_RULE;
+	__u32 reset = 0;
 	__u32 zero = 0;
 
 	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
@@ -153,6 +169,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 		goto out;
 
 	int l3 = xl_parse_eth(&cur);
+	pkt.l3_off = cur.pos - (void *)(long)ctx->data;
 	int l4;
 	if (l3 == ETH_P_IP) {
 		l4 = xl_parse_ipv4(&cur, &pkt);
@@ -183,6 +200,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 		goto malformed;
 	}
 	pkt.proto = xl_proto_class(l4);
+	pkt.l4_off = cur.pos - (void *)(long)ctx->data;
 	if (!pkt.fragment && xl_parse_l4(&cur, &pkt, l4) < 0) {
 		reason = XL_REASON_MALFORMED_L4;
 		goto malformed;
@@ -203,6 +221,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 		if ((res & 0xff) == XL_VERDICT_DROP) {
 			verdict = XL_VERDICT_DROP;
 			reason = (res >> 8) & 0xff;
+			reset = res & XL_APPLY_RESET;
 			break;
 		}
 	}
@@ -215,6 +234,8 @@ malformed:
 		verdict = XL_VERDICT_DROP;
 out:
 	xl_count(XL_GLOBAL_SLOT, verdict, reason, len);
+	if (reset && xl_reply_reset(ctx, &pkt) == 0)
+		return XDP_TX;
 	return verdict == XL_VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 

@@ -3,8 +3,10 @@
 package loader
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,9 +105,12 @@ func TestConcurrencyLimitOnRealConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Refused with a reset from XDP: the client fails at once.
 	if c, err := dial(l.ServerIP4, 1500*time.Millisecond); err == nil {
 		c.Close()
 		t.Fatal("a fourth connection got through a limit of 3")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a fourth connection failed with %v, want connection refused (a reset)", err)
 	}
 	after, err := a.Tables().Counters(slot)
 	if err != nil {

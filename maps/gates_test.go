@@ -3,6 +3,8 @@
 package maps
 
 import (
+	"bytes"
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -14,10 +16,22 @@ import (
 // sock_ops count, and the circuit breaker's gate from the control loop.
 
 func tcpFrame(flags uint8, src string) []byte {
-	return dataplane.BuildFrame(dataplane.FrameSpec{
+	return dataplane.BuildFrame(tcpSpec(flags, src))
+}
+
+func tcpSpec(flags uint8, src string) dataplane.FrameSpec {
+	return dataplane.FrameSpec{
 		Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr("10.9.0.1"),
 		Proto: dataplane.ProtoNumTCP, SrcPort: 40000, DstPort: 80, TCPFlags: flags,
-	})
+	}
+}
+
+// unresettable is a SYN that a gate drops without a reset (IPv4 options):
+// the statistical runs repeat it on one buffer, which a reset would rewrite.
+func unresettable() []byte {
+	s := tcpSpec(synFlags, "192.0.2.1")
+	s.IPv4OptionWords = 1
+	return dataplane.BuildFrame(s)
 }
 
 func TestConcurrencyGate(t *testing.T) {
@@ -69,13 +83,20 @@ func TestConcurrencyGate(t *testing.T) {
 	// Between soft and max the drop probability rises linearly: at 15 of
 	// 10..20 half the SYNs drop. 4000 draws: 2000 ± 5 sigma (158).
 	setConns(dataplane.Conns{Count: 15, Epoch: epoch})
+	h.expectDrops(t, "count 15 of soft 10, max 20", slot, dataplane.ReasonConcurrency, now, 2000, 160)
+}
+
+// expectDrops runs 4000 SYNs at now and checks that about want of them
+// (within tol, 5 sigma of the binomial) were dropped for reason.
+func (h *harness) expectDrops(t *testing.T, what string, slot int, reason dataplane.Reason, now uint64, want, tol uint64) {
+	t.Helper()
 	before := h.slotCounters(t, slot)
-	h.kernelRun(t, syn, now, 4000)
+	h.kernelRun(t, unresettable(), now, 4000)
 	after := h.slotCounters(t, slot)
-	dropped := after.Reasons[dataplane.ReasonConcurrency] - before.Reasons[dataplane.ReasonConcurrency]
-	t.Logf("count 15 of soft 10, max 20: %d of 4000 SYNs dropped", dropped)
-	if dropped < 2000-160 || dropped > 2000+160 {
-		t.Errorf("count 15 of soft 10, max 20: %d of 4000 SYNs dropped, want about 2000", dropped)
+	dropped := after.Reasons[reason] - before.Reasons[reason]
+	t.Logf("%s: %d of 4000 SYNs dropped", what, dropped)
+	if dropped < want-tol || dropped > want+tol {
+		t.Errorf("%s: %d of 4000 SYNs dropped, want about %d", what, dropped, want)
 	}
 }
 
@@ -133,12 +154,107 @@ func TestBreakerGate(t *testing.T) {
 
 	// A probability: a quarter of the SYNs drop. 4000 draws: 1000 ± 5 sigma (137).
 	limit(dataplane.Gate{Drop: 1 << 30}, now+second)
-	before := h.slotCounters(t, slot)
-	h.kernelRun(t, syn, now, 4000)
-	after := h.slotCounters(t, slot)
-	dropped := after.Reasons[dataplane.ReasonBreaker] - before.Reasons[dataplane.ReasonBreaker]
-	t.Logf("gate 1/4: %d of 4000 SYNs dropped", dropped)
-	if dropped < 1000-137 || dropped > 1000+137 {
-		t.Errorf("gate 1/4: %d of 4000 SYNs dropped, want about 1000", dropped)
+	h.expectDrops(t, "gate 1/4", slot, dataplane.ReasonBreaker, now, 1000, 137)
+}
+
+// TestResetReply: a SYN refused by a gate comes back as the reset its
+// sender expects (XDP_TX), for IPv4 and IPv6, tagged or not, with and
+// without payload; resets beyond the rule's rate are plain drops.
+func TestResetReply(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{{
+		Name: "web", Protocol: "tcp", Ports: ports(80, 80), Rate: 10, Burst: 3,
+	}}}, nil))
+	slot := h.slot(t, "web")
+	b, err := dataplane.NewBucket(10, 3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := uint64(1000 * second)
+	h.setLimit(t, slot, dataplane.Limit{Bucket: b, DeadlineNS: now + 100*second, Epoch: h.plan.Rules[slot].Epoch,
+		Gate: dataplane.Gate{Drop: dataplane.GateAll}})
+
+	for _, c := range []struct {
+		name    string
+		src     string
+		vlans   []uint16
+		payload int
+	}{
+		{"IPv4", "192.0.2.1", nil, 0},
+		{"IPv4 in QinQ", "192.0.2.2", []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q}, 0},
+		{"IPv4 SYN with data", "192.0.2.3", nil, 17},
+		{"IPv6", "2001:db8::1", nil, 0},
+		{"IPv6 tagged, with data", "2001:db8::2", []uint16{dataplane.EtherType8021Q}, 5},
+	} {
+		now += second // the reset bucket refills between cases
+		s := tcpSpec(synFlags, c.src)
+		if s.Src.Is6() {
+			s.Dst = netip.MustParseAddr("2001:db8::80")
+		}
+		s.VLANs, s.PayloadLen = c.vlans, c.payload
+		in := dataplane.BuildFrame(s)
+		h.model.Eval(in, now) // keep the model's buckets in step
+		ret, out := h.kernelRunOut(t, in, now, 1)
+		if ret != xdpTx {
+			t.Errorf("%s: XDP return code %d, want XDP_TX", c.name, ret)
+			continue
+		}
+		l3 := 14 + 4*len(c.vlans)
+		l4 := l3 + 20
+		if s.Src.Is6() {
+			l4 = l3 + 40
+		}
+		if len(out) != l4+20 {
+			t.Errorf("%s: reset is %d bytes, want %d", c.name, len(out), l4+20)
+			continue
+		}
+		if !bytes.Equal(out[0:6], in[6:12]) || !bytes.Equal(out[6:12], in[0:6]) || !bytes.Equal(out[12:l3], in[12:l3]) {
+			t.Errorf("%s: Ethernet header %x, want the addresses swapped and the tags kept", c.name, out[:l3])
+		}
+		var pseudo uint32
+		if s.Src.Is4() {
+			ip, orig := out[l3:l4], in[l3:l3+20]
+			if ip[0] != 0x45 || binary.BigEndian.Uint16(ip[2:]) != 40 || ip[8] != 64 || ip[9] != 6 ||
+				!bytes.Equal(ip[12:16], orig[16:20]) || !bytes.Equal(ip[16:20], orig[12:16]) {
+				t.Errorf("%s: IPv4 header %x", c.name, ip)
+			}
+			if dataplane.OnesSum(0, ip) != 0xffff {
+				t.Errorf("%s: IPv4 header checksum wrong: %x", c.name, ip)
+			}
+			pseudo = dataplane.OnesSum(0, ip[12:20]) + 6 + 20
+		} else {
+			ip, orig := out[l3:l4], in[l3:l3+40]
+			if ip[0]>>4 != 6 || binary.BigEndian.Uint16(ip[4:]) != 20 || ip[6] != 6 || ip[7] != 64 ||
+				!bytes.Equal(ip[8:24], orig[24:40]) || !bytes.Equal(ip[24:40], orig[8:24]) {
+				t.Errorf("%s: IPv6 header %x", c.name, ip)
+			}
+			pseudo = dataplane.OnesSum(0, ip[8:40]) + 6 + 20
+		}
+		tcp, orig := out[l4:], in[l4:l4+20]
+		seq := binary.BigEndian.Uint32(orig[4:])
+		if !bytes.Equal(tcp[0:2], orig[2:4]) || !bytes.Equal(tcp[2:4], orig[0:2]) ||
+			binary.BigEndian.Uint32(tcp[4:]) != 0 || binary.BigEndian.Uint32(tcp[8:]) != seq+1+uint32(c.payload) ||
+			tcp[12] != 5<<4 || tcp[13] != 0x14 {
+			t.Errorf("%s: TCP header %x, want ports swapped, seq 0, ack %d, RST|ACK", c.name, tcp, seq+1+uint32(c.payload))
+		}
+		if dataplane.OnesSum(pseudo, tcp) != 0xffff {
+			t.Errorf("%s: TCP checksum wrong: %x", c.name, tcp)
+		}
+	}
+
+	// Resets stay within the rule's rate: a burst of refused SYNs gets
+	// the burst's worth of resets, the rest are dropped silently.
+	now += second
+	resets := 0
+	for range 10 {
+		ret, _ := h.kernelRunOut(t, tcpFrame(synFlags, "192.0.2.9"), now, 1)
+		if ret == xdpTx {
+			resets++
+		} else if ret != xdpDrop {
+			t.Fatalf("refused SYN: XDP return code %d", ret)
+		}
+	}
+	if resets != 3 {
+		t.Errorf("10 refused SYNs at once under a burst of 3: %d resets, want 3", resets)
 	}
 }

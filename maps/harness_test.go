@@ -20,6 +20,7 @@ import (
 const (
 	xdpDrop = 1
 	xdpPass = 2
+	xdpTx   = 3 // a refused SYN answered with a reset
 )
 
 // harness runs the kernel program (with the fake clock) and the Go model
@@ -131,29 +132,38 @@ func (h *harness) setLimit(tb testing.TB, slot int, l dataplane.Limit) {
 // offered.
 func (h *harness) kernelRun(tb testing.TB, frame []byte, now uint64, n uint32) bool {
 	tb.Helper()
+	ret, _ := h.kernelRunOut(tb, frame, now, n)
+	return ret == xdpPass
+}
+
+// kernelRunOut is kernelRun returning the XDP return code (pass, drop or
+// tx) and the frame as the program left it.
+func (h *harness) kernelRunOut(tb testing.TB, frame []byte, now uint64, n uint32) (uint32, []byte) {
+	tb.Helper()
 	h.setClock(tb, now)
-	ret, err := h.obj.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: n})
+	out := make([]byte, len(frame)+256)
+	opts := &ebpf.RunOptions{Data: frame, DataOut: out, Repeat: n}
+	ret, err := h.obj.Program().Run(opts)
 	if err != nil {
 		tb.Fatalf("run %d bytes: %v", len(frame), err)
 	}
 	switch ret {
-	case xdpPass:
-		return true
-	case xdpDrop:
-		return false
+	case xdpPass, xdpDrop, xdpTx:
+		return ret, opts.DataOut
 	}
 	tb.Fatalf("run: XDP return code %d", ret)
-	return false
+	return 0, nil
 }
 
 // run runs one frame at time now in the kernel and in the model, and fails
 // the test when their verdicts differ.
 func (h *harness) run(tb testing.TB, frame []byte, now uint64) (pass bool, res dataplane.Result) {
 	tb.Helper()
-	pass = h.kernelRun(tb, frame, now, 1)
+	ret, _ := h.kernelRunOut(tb, frame, now, 1)
+	pass = ret == xdpPass
 	res = h.model.Eval(frame, now)
-	if pass != res.Pass() {
-		tb.Fatalf("at %d ns, frame %x: kernel pass=%v, model %v/%v", now, frame, pass, res.Verdict, res.Reason)
+	if pass != res.Pass() || (ret == xdpTx) != res.Reset {
+		tb.Fatalf("at %d ns, frame %x: kernel returned %d, model %v/%v reset=%v", now, frame, ret, res.Verdict, res.Reason, res.Reset)
 	}
 	return pass, res
 }

@@ -20,11 +20,12 @@ type xdpXlBucket struct {
 }
 
 type xdpXlBucketState struct {
-	_      structs.HostLayout
-	Tat    uint64
-	Epoch  uint32
-	Pad    uint32
-	Probes uint64
+	_        structs.HostLayout
+	Tat      uint64
+	Epoch    uint32
+	Pad      uint32
+	Probes   uint64
+	ResetTat uint64
 }
 
 type xdpXlCache struct {

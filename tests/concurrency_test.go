@@ -18,12 +18,12 @@ import (
 // concurrencyRun is what one run of the slow-service scenario measured
 // over its slow phase.
 type concurrencyRun struct {
-	attempts, ok          int
-	p50, p99              time.Duration // of the successful requests
-	failP50               time.Duration // how long the failed attempts took to fail
-	served                int64
-	maxInFlight           int64 // the kernel's count, sampled every 20 ms (-1: no limit)
-	concurrencyDrops, syn uint64
+	attempts, ok     int
+	p50, p99         time.Duration // of the successful requests
+	failP50          time.Duration // how long the failed attempts took to fail
+	served           int64
+	maxInFlight      int64 // the kernel's count, sampled every 20 ms (-1: no limit)
+	concurrencyDrops uint64
 }
 
 // TestConcurrencyLimitSlowService (DESIGN.md 5.7): a TCP service of 8
@@ -33,7 +33,7 @@ type concurrencyRun struct {
 // requests it admits wait for seconds and time out; with `concurrency:
 // {soft: 6, max: 8}` the connections in flight stay at the workers' number,
 // admitted requests keep the service's own latency, and the excess is
-// refused at XDP before it costs the service anything.
+// refused at XDP, with a reset, before it costs the service anything.
 func TestConcurrencyLimitSlowService(t *testing.T) {
 	const (
 		workers, backlog = 8, 128
@@ -151,6 +151,11 @@ func TestConcurrencyLimitSlowService(t *testing.T) {
 	}
 	if with.concurrencyDrops == 0 {
 		t.Error("with the limit: no SYN refused for concurrency")
+	}
+	// Refused connections fail fast: XDP answers their SYN with a reset,
+	// where without a limit they wait out the client's timeout.
+	if with.failP50 >= timeout/2 {
+		t.Errorf("with the limit: refused connections took %v to fail (p50), want a reset well before the %v timeout", with.failP50, timeout)
 	}
 	// The service keeps serving at its capacity (40/s in the slow phase).
 	if with.ok < int(0.6*40*(during-time.Second).Seconds()) {

@@ -227,6 +227,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		if a.SourcesReset {
 			d.log.Warn("the per-source table changed size: per-source buckets start afresh", "iface", iface, "size", sources)
 		}
+		if a.ConnCountErr != nil {
+			d.log.Warn("connections in flight are not counted: concurrency limits refuse nothing", "iface", iface, "err", a.ConnCountErr)
+		}
 		if a.Adopted {
 			// Compile against what the earlier daemon left so that every
 			// rule keeps its slot, bucket and counters.

@@ -121,7 +121,7 @@ func appendIPv4(b []byte, s *FrameSpec) []byte {
 	for range 4 * s.IPv4OptionWords {
 		b = append(b, 1) // NOP
 	}
-	binary.BigEndian.PutUint16(b[start+10:], ^uint16(checksum(0, b[start:])))
+	binary.BigEndian.PutUint16(b[start+10:], ^uint16(OnesSum(0, b[start:])))
 	return append(b, l4...)
 }
 
@@ -221,17 +221,17 @@ func buildL4(s *FrameSpec, withHeader bool, src, dst []byte, v6 bool) []byte {
 	}
 	var sum uint32
 	if pseudo {
-		sum = checksum(sum, src)
-		sum = checksum(sum, dst)
+		sum = OnesSum(sum, src)
+		sum = OnesSum(sum, dst)
 		if v6 {
-			sum = checksum(sum, binary.BigEndian.AppendUint32(nil, uint32(len(seg))))
-			sum = checksum(sum, []byte{0, 0, 0, s.Proto})
+			sum = OnesSum(sum, binary.BigEndian.AppendUint32(nil, uint32(len(seg))))
+			sum = OnesSum(sum, []byte{0, 0, 0, s.Proto})
 		} else {
-			sum = checksum(sum, []byte{0, s.Proto})
-			sum = checksum(sum, binary.BigEndian.AppendUint16(nil, uint16(len(seg))))
+			sum = OnesSum(sum, []byte{0, s.Proto})
+			sum = OnesSum(sum, binary.BigEndian.AppendUint16(nil, uint16(len(seg))))
 		}
 	}
-	c := ^uint16(checksum(sum, seg))
+	c := ^uint16(OnesSum(sum, seg))
 	if c == 0 && s.Proto == ipprotoUDP {
 		c = 0xffff // 0 means "no checksum" in UDP
 	}
@@ -239,10 +239,11 @@ func buildL4(s *FrameSpec, withHeader bool, src, dst []byte, v6 bool) []byte {
 	return seg
 }
 
-// checksum adds b to the ones' complement sum and returns it folded to 16
-// bits (not yet complemented). Each call must start at an even offset of the
-// checksummed data, which holds for every piece above.
-func checksum(sum uint32, b []byte) uint32 {
+// OnesSum adds b to the Internet checksum's ones' complement sum (RFC
+// 1071) and returns it folded to 16 bits, not yet complemented: a header
+// with a correct checksum sums to 0xffff. Each call must start at an even
+// offset of the checksummed data.
+func OnesSum(sum uint32, b []byte) uint32 {
 	for i := 0; i+1 < len(b); i += 2 {
 		sum += uint32(b[i])<<8 | uint32(b[i+1])
 	}

@@ -139,8 +139,8 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if netip.AddrFrom16([16]byte(ip[8:24])) != s.Src {
 			t.Errorf("IPv6 source %v", netip.AddrFrom16([16]byte(ip[8:24])))
 		}
-		pseudo = checksum(checksum(0, ip[8:40]), binary.BigEndian.AppendUint32(nil, uint32(len(f)-l.l4)))
-		pseudo = checksum(pseudo, []byte{0, 0, 0, s.Proto})
+		pseudo = OnesSum(OnesSum(0, ip[8:40]), binary.BigEndian.AppendUint32(nil, uint32(len(f)-l.l4)))
+		pseudo = OnesSum(pseudo, []byte{0, 0, 0, s.Proto})
 		// Walk the chain by its next-header fields.
 		next, off := ip[6], 40
 		for i, h := range s.IPv6Ext {
@@ -169,7 +169,7 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if ip[0]>>4 != 4 || hlen != 20+4*s.IPv4OptionWords {
 			t.Errorf("IPv4 version/IHL byte %#x", ip[0])
 		}
-		if checksum(0, ip[:hlen]) != 0xffff {
+		if OnesSum(0, ip[:hlen]) != 0xffff {
 			t.Errorf("IPv4 header checksum does not verify")
 		}
 		if got := int(binary.BigEndian.Uint16(ip[2:])); got != len(f)-l.l3 {
@@ -182,8 +182,8 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if ip[9] != s.Proto || netip.AddrFrom4([4]byte(ip[12:16])) != s.Src {
 			t.Errorf("IPv4 protocol %d source %v", ip[9], netip.AddrFrom4([4]byte(ip[12:16])))
 		}
-		pseudo = checksum(checksum(0, ip[12:20]), []byte{0, s.Proto})
-		pseudo = checksum(pseudo, binary.BigEndian.AppendUint16(nil, uint16(len(f)-l.l4)))
+		pseudo = OnesSum(OnesSum(0, ip[12:20]), []byte{0, s.Proto})
+		pseudo = OnesSum(pseudo, binary.BigEndian.AppendUint16(nil, uint16(len(f)-l.l4)))
 	}
 	if l.l4Header == 0 {
 		return
@@ -195,7 +195,7 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 	if s.Proto == ProtoNumICMP {
 		pseudo = 0
 	}
-	if got := checksum(pseudo, seg); got != 0xffff {
+	if got := OnesSum(pseudo, seg); got != 0xffff {
 		t.Errorf("L4 checksum does not verify (sum %#x)", got)
 	}
 }
@@ -260,11 +260,7 @@ func TestBuildFrameParse(t *testing.T) {
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
 			f := BuildFrame(s)
 			checkFrame(t, s, f)
-			got, res := Parse(f)
-			want, wantRes := wantParse(s, len(f))
-			if res != wantRes || got != want {
-				t.Fatalf("spec %+v:\nParse = %+v, %v\nwant    %+v, %v", s, got, res, want, wantRes)
-			}
+			checkParse(t, s, f)
 		})
 	}
 }
@@ -275,7 +271,7 @@ func TestBuildFrameParseRandom(t *testing.T) {
 	// Not 0: as a next header that is hop-by-hop, which needs a body.
 	protos := []uint8{ProtoNumTCP, ProtoNumUDP, ProtoNumICMP, ProtoNumICMPv6, 47, 132}
 	exts := []uint8{ExtHopByHop, ExtRouting, ExtDstOpts, ExtFragment, ExtAH}
-	for i := range 5000 {
+	for range 5000 {
 		var s FrameSpec
 		for range rng.IntN(4) {
 			s.VLANs = append(s.VLANs, []uint16{EtherType8021Q, EtherType8021AD}[rng.IntN(2)])
@@ -312,10 +308,22 @@ func TestBuildFrameParseRandom(t *testing.T) {
 			continue
 		}
 		checkFrame(t, s, f)
-		got, res := Parse(f)
-		want, wantRes := wantParse(s, len(f))
-		if res != wantRes || got != want {
-			t.Fatalf("case %d, spec %+v:\nParse = %+v, %v\nwant    %+v, %v", i, s, got, res, want, wantRes)
-		}
+		checkParse(t, s, f)
+	}
+}
+
+// checkParse parses f, built from s, and compares the result with what the
+// spec says, header offsets included.
+func checkParse(t *testing.T, s FrameSpec, f []byte) {
+	t.Helper()
+	got, res := Parse(f)
+	want, wantRes := wantParse(s, len(f))
+	offsets := [2]int{got.L3Off, got.L4Off}
+	got.L3Off, got.L4Off = 0, 0
+	if res != wantRes || got != want {
+		t.Fatalf("spec %+v:\nParse = %+v, %v\nwant    %+v, %v", s, got, res, want, wantRes)
+	}
+	if l := layoutOf(s); res == ParseOK && !got.Fragment && offsets != [2]int{l.l3, l.l4} {
+		t.Fatalf("spec %+v: header offsets %v, want %v", s, offsets, [2]int{l.l3, l.l4})
 	}
 }

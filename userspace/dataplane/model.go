@@ -95,9 +95,10 @@ type Gate struct {
 }
 
 type bucketState struct {
-	tat    uint64
-	epoch  uint32
-	probes uint64 // half-open probes: round << 32 | passed
+	tat      uint64
+	epoch    uint32
+	probes   uint64 // half-open probes: round << 32 | passed
+	resetTAT uint64 // the bucket of the resets answering refused SYNs
 }
 
 // Counters mirrors struct xl_counters, summed over CPUs.
@@ -140,6 +141,9 @@ func (c *Counters) count(v Verdict, r Reason, bytes uint64) {
 type Result struct {
 	Verdict Verdict // VerdictPass or VerdictDrop
 	Reason  Reason
+	// Reset: the dropped SYN is answered with a TCP reset (the kernel
+	// returns XDP_TX with the frame rewritten; reset.h).
+	Reset bool
 }
 
 // Pass reports whether the kernel would return XDP_PASS.
@@ -158,9 +162,9 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 	pkt, pr := Parse(frame)
 	malformed := func(r Reason) Result {
 		if r == ReasonNotIP || g.Flags&GlobalMalformedPass != 0 {
-			return Result{VerdictPass, r}
+			return Result{Verdict: VerdictPass, Reason: r}
 		}
-		return Result{VerdictDrop, r}
+		return Result{Verdict: VerdictDrop, Reason: r}
 	}
 	switch pr {
 	case ParseNotIP:
@@ -176,10 +180,10 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		src = p.Lookup(pkt.Src)
 	}
 	if src != nil && src.Flags&PrefixAllow != 0 {
-		return Result{VerdictPass, ReasonAllow}
+		return Result{Verdict: VerdictPass, Reason: ReasonAllow}
 	}
 	if src != nil && src.Flags&PrefixDeny != 0 {
-		return Result{VerdictDrop, ReasonDeny}
+		return Result{Verdict: VerdictDrop, Reason: ReasonDeny}
 	}
 	switch pr {
 	case ParseMalformedL3:
@@ -192,9 +196,9 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 
 	mask := m.match(&pkt, src)
 	if mask == 0 {
-		return Result{VerdictPass, ReasonNoRule}
+		return Result{Verdict: VerdictPass, Reason: ReasonNoRule}
 	}
-	res := Result{VerdictPass, ReasonAdmit}
+	res := Result{Verdict: VerdictPass, Reason: ReasonAdmit}
 	for i := range MaxRules {
 		if mask>>i == 0 {
 			break
@@ -206,13 +210,13 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		if !r.Active() {
 			continue
 		}
-		v, why := m.applyRule(r, i, &pkt, nowNS)
+		v, why, reset := m.applyRule(r, i, &pkt, nowNS)
 		if v == VerdictDrop && r.Flags&RuleShadow != 0 {
 			v = VerdictWouldDrop
 		}
 		m.Counters[i].count(v, why, uint64(pkt.Len))
 		if v == VerdictDrop {
-			return Result{VerdictDrop, why}
+			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset && pkt.Resettable()}
 		}
 	}
 	return res
@@ -239,27 +243,19 @@ func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
 	return mask & (^g.SrcFiltered | rules)
 }
 
-func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict, Reason) {
+func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict, Reason, bool) {
 	if pkt.Fragment && r.Flags&RuleFragDrop != 0 {
-		return VerdictDrop, ReasonFragment
+		return VerdictDrop, ReasonFragment, false
 	}
 	st := &m.buckets[slot]
 	if st.epoch != r.Epoch {
-		st.tat, st.epoch = nowNS<<TimeShift, r.Epoch
+		st.tat, st.epoch, st.resetTAT = nowNS<<TimeShift, r.Epoch, 0
 	}
 	b := r.Fallback
 	lim := &m.Limits[slot]
 	fresh := lim.Epoch == r.Epoch && nowNS < lim.DeadlineNS
 	if fresh {
 		b = lim.Bucket
-	}
-	if pkt.SYN {
-		if fresh && !m.gateAdmit(&lim.Gate, st) {
-			return VerdictDrop, ReasonBreaker
-		}
-		if r.Flags&RuleConcurrency != 0 && !m.concAdmit(r, slot) {
-			return VerdictDrop, ReasonConcurrency
-		}
 	}
 	c := &m.caches[slot]
 	if c.Epoch != r.Epoch || c.Mult != b.Mult || c.Tol != b.Tol {
@@ -270,16 +266,28 @@ func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict
 		cost = uint64(pkt.Len)
 	}
 	inc := b.Inc(cost)
+	if pkt.SYN {
+		why := ReasonRule
+		if fresh && !m.gateAdmit(&lim.Gate, st) {
+			why = ReasonBreaker
+		} else if r.Flags&RuleConcurrency != 0 && !m.concAdmit(r, slot) {
+			why = ReasonConcurrency
+		}
+		if why != ReasonRule {
+			took, _ := b.Take(&st.resetTAT, nowNS, inc, inc)
+			return VerdictDrop, why, took != 0
+		}
+	}
 	if c.Credit < inc && nowNS < c.RetryNS {
-		return VerdictDrop, ReasonRule
+		return VerdictDrop, ReasonRule, false
 	}
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
-		return VerdictDrop, ReasonSource
+		return VerdictDrop, ReasonSource, false
 	}
 	if c.Admit(&st.tat, b, inc, nowNS) {
-		return VerdictPass, ReasonAdmit
+		return VerdictPass, ReasonAdmit, false
 	}
-	return VerdictDrop, ReasonRule
+	return VerdictDrop, ReasonRule, false
 }
 
 func (m *Model) rand() uint32 {

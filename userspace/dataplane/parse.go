@@ -17,6 +17,25 @@ type Packet struct {
 	Fragment bool // non-first fragment: no L4 header
 	Exempt   bool // ICMPv6 neighbour discovery: never rule-limited
 	Len      int
+	// L3Off and L4Off are the offsets of the IP and L4 headers (L4Off
+	// valid once the IP stage parsed).
+	L3Off, L4Off int
+}
+
+// Resettable reports whether the kernel can answer the packet with a TCP
+// reset (reset.h): a SYN whose TCP header follows a plain IP header, IPv4
+// without options or IPv6 without extension headers.
+func (p *Packet) Resettable() bool {
+	if !p.SYN {
+		return false
+	}
+	switch p.Family {
+	case 4:
+		return p.L4Off == p.L3Off+20
+	case 6:
+		return p.L4Off == p.L3Off+40
+	}
+	return false
 }
 
 // ParseResult says how far parsing got. Stage results other than ParseOK
@@ -69,6 +88,7 @@ func Parse(frame []byte) (Packet, ParseResult) {
 		}
 		ethType = binary.BigEndian.Uint16(v[2:4])
 	}
+	pkt.L3Off = c.pos
 	var l4 int
 	var res ParseResult
 	switch ethType {
@@ -84,6 +104,7 @@ func Parse(frame []byte) (Packet, ParseResult) {
 	}
 	pkt.L4 = uint8(l4)
 	pkt.Proto = protoClass(l4)
+	pkt.L4Off = c.pos
 	if pkt.Fragment {
 		return pkt, ParseOK
 	}

@@ -30,7 +30,11 @@
 //
 // Both veth ends get tx-checksumming, TSO, GSO, GRO and rx-checksumming
 // switched off (legacy SIOCETHTOOL ioctls; netlink cannot do it and no
-// ethtool binary is needed). Reasons:
+// ethtool binary is needed), except GRO on the client end: a veth accepts
+// frames that its peer's XDP program sends back (XDP_TX, the resets that
+// refuse connections) only on its NAPI receive path, which GRO turns on;
+// GRO there touches only what the server sends, never what the server's
+// XDP program counts. Reasons:
 //
 //   - tx-checksumming off: packets the kernel sends itself (TCPProbe, UDP
 //     replies, ICMP) would otherwise cross the veth as CHECKSUM_PARTIAL with

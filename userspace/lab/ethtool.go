@@ -32,14 +32,16 @@ type ethtoolSetting struct {
 	on       bool
 }
 
-// vethOffloads is what New applies to both veth ends; see the package
-// documentation for why.
-func vethOffloads() []ethtoolSetting {
+// vethOffloads is what New applies to a veth end; see the package
+// documentation for why. The client end keeps GRO, which gives it the NAPI
+// receive path that frames sent back by the server's XDP program (XDP_TX)
+// need on a veth.
+func vethOffloads(server bool) []ethtoolSetting {
 	return []ethtoolSetting{
 		{"tx-checksumming", unix.ETHTOOL_GTXCSUM, unix.ETHTOOL_STXCSUM, false},
 		{"tcp-segmentation-offload", unix.ETHTOOL_GTSO, unix.ETHTOOL_STSO, false},
 		{"generic-segmentation-offload", unix.ETHTOOL_GGSO, unix.ETHTOOL_SGSO, false},
-		{"generic-receive-offload", unix.ETHTOOL_GGRO, unix.ETHTOOL_SGRO, false},
+		{"generic-receive-offload", unix.ETHTOOL_GGRO, unix.ETHTOOL_SGRO, !server},
 		{"rx-checksumming", unix.ETHTOOL_GRXCSUM, unix.ETHTOOL_SRXCSUM, false},
 	}
 }

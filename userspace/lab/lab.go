@@ -304,7 +304,7 @@ func prepareIf(ifname string, server bool) error {
 			return err
 		}
 	}
-	return setOffloads(ifname, vethOffloads())
+	return setOffloads(ifname, vethOffloads(server))
 }
 
 // waitReady waits until both veth ends are operationally up and the IPv6
