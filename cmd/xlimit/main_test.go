@@ -48,10 +48,15 @@ func TestCheck(t *testing.T) {
 		t.Errorf("check missing: code %d, stderr %q", code, errOut)
 	}
 
-	unenforced := writeFile(t, "conc.yaml", "rules:\n  - name: w\n    protocol: tcp\n    rate: 10\n    concurrency: {max: 5}\n")
+	unenforced := writeFile(t, "slow.yaml", "rules:\n  - name: w\n    protocol: tcp\n    rate: 10\n    circuit_breaker: {slow_latency: 100ms, slow_ratio: 0.5}\n")
 	code, _, errOut = runCLI(t, "check", unenforced)
-	if code != 0 || !strings.Contains(errOut, "not enforced by this version: rule w (line 2): concurrency") {
-		t.Errorf("check concurrency: code %d, stderr %q: want a not-enforced warning", code, errOut)
+	if code != 0 || !strings.Contains(errOut, "not enforced by this version: rule w (line 2): circuit_breaker slow_ratio without a probe") {
+		t.Errorf("check slow_ratio without a probe: code %d, stderr %q: want a not-enforced warning", code, errOut)
+	}
+	conc := writeFile(t, "conc.yaml", "rules:\n  - name: w\n    protocol: tcp\n    rate: 10\n    concurrency: {max: 5}\n")
+	code, _, errOut = runCLI(t, "check", conc)
+	if code != 0 || strings.Contains(errOut, "not enforced") {
+		t.Errorf("check concurrency: code %d, stderr %q: concurrency limits are enforced", code, errOut)
 	}
 	warm := writeFile(t, "warm.yaml", "rules:\n  - name: w\n    protocol: tcp\n    rate: 10\n    behavior: warm_up\n    warm_up: {period: 10s}\n")
 	code, _, errOut = runCLI(t, "check", warm)
