@@ -479,6 +479,25 @@ func TestRedisStartAndAPI(t *testing.T) {
 	if !strings.Contains(d.Log(), "why=refresh") {
 		t.Errorf("the change was not read because of SIGHUP:\n%s", d.Log())
 	}
+
+	// Restarted while Redis is down, the daemon runs its snapshot; Redis
+	// comes back (restored) with that same document: nothing is reloaded,
+	// and the rules are shown as the source's again.
+	r.stop()
+	d.kill()
+	d = e.startDaemon("", "--rules-source", r.url(""))
+	h.d = d
+	if v, _ := h.sourceVersion(context.Background()); v != -1 || !strings.Contains(d.Log(), "RUNNING THE LOCAL SNAPSHOT") {
+		t.Errorf("restarted with Redis down: source version %d, want the snapshot:\n%s", v, d.Log())
+	}
+	r.start()
+	if _, err := r.do("MSET", "xlimit:rules", rateRules(600), "xlimit:rules:version", "1"); err != nil {
+		t.Fatal(err)
+	}
+	converged(t, []*fleetHost{h}, 600, 1, time.Now(), 15*time.Second)
+	if !strings.Contains(d.Log(), "the rules source's document is the one in force") || strings.Contains(d.Log(), "reloaded from the rules source") {
+		t.Errorf("the same document was reloaded, or not recognised:\n%s", d.Log())
+	}
 }
 
 // scrape reads the daemon's metrics from inside its network namespace. The

@@ -86,9 +86,12 @@ func (d *daemon) startupRules(ctx context.Context) (*config.Config, []byte, erro
 	if err == nil {
 		cfg, perr := config.Parse(d.lastGoodPath(), text)
 		if perr == nil {
-			s.seed = rulesource.NewDocument(text, s.snapshotVersion(d.flags.stateDir, text))
-			s.version.Store(s.seed.Version)
-			d.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", d.lastGoodPath(), "version", s.seed.Version)
+			// Seeded without a version: the store's first answer is handed
+			// over even when it is this very document, so that the rules
+			// are then shown as the source's.
+			s.seed = rulesource.NewDocument(text, -1)
+			s.version.Store(s.snapshotVersion(d.flags.stateDir, text))
+			d.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", d.lastGoodPath(), "version", s.version.Load())
 			d.rulesSource, d.rulesText = d.lastGoodPath(), text
 			return cfg, nil, nil
 		}
@@ -164,6 +167,7 @@ func (d *daemon) applySource(doc rulesource.Document) {
 	if cur, _ := d.Rules(); bytes.Equal(cur, doc.Text) {
 		s.version.Store(doc.Version)
 		s.saveMeta(d.flags.stateDir, doc)
+		d.setRules(doc.Text, s.describe(doc), d.cfg)
 		d.log.Info("the rules source's document is the one in force", "version", doc.Version)
 		return
 	}
