@@ -96,7 +96,7 @@ func newFlags(e *env, name, args, summary string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stdout, "Usage: xlimit %s %s\n\n%s\n\nFlags:\n%s", name, args, summary, fs.FlagUsages())
+		fmt.Fprintf(e.stdout, "Usage: xlimit %s %s\n\n%s\n\nFlags:\n%s  -h, --help   show this help\n", name, args, summary, fs.FlagUsages())
 	}
 	return fs
 }
@@ -106,8 +106,7 @@ func parseFlags(fs *pflag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			fs.Usage()
-			return err
+			return err // pflag has printed the usage
 		}
 		return fmt.Errorf("%w: %v (see --help)", errUsage, err)
 	}

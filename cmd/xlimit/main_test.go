@@ -85,8 +85,8 @@ func TestUsageErrors(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, c := range commands() {
 		code, out, _ := runCLI(t, c.name, "--help")
-		if code != 0 || !strings.Contains(out, "Usage: xlimit "+c.name) {
-			t.Errorf("xlimit %s --help: code %d, stdout %q", c.name, code, out)
+		if code != 0 || strings.Count(out, "Usage: xlimit "+c.name) != 1 || !strings.Contains(out, "--help") {
+			t.Errorf("xlimit %s --help: code %d, stdout %q: want the usage once", c.name, code, out)
 		}
 	}
 	code, out, _ := runCLI(t, "--help")
