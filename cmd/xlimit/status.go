@@ -44,9 +44,9 @@ func toCounterStatus(c *dataplane.Counters) counterStatus {
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "status", "[--iface IF] [--json]",
-		"Show the rules, the rates in force and the counters of every protected interface:\n"+
-			"from the running daemon's API when one answers, else from the pinned maps (no\n"+
-			"daemon needed).")
+		"Show the rules, the rates in force, the counters and the maps' kernel memory of every\n"+
+			"protected interface: from the running daemon's API when one answers, else from the\n"+
+			"pinned maps (no daemon needed).")
 	ifaces := fs.StringArray("iface", nil, "interface to show (repeatable; default: every one)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	bpffs := fs.String("bpffs", loader.DefaultBPFFS, "bpffs mount point (given: read these pins, not the API)")
