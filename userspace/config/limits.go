@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 
@@ -59,21 +60,36 @@ func (p *parser) checkLimits(m *mapping, c *Config) {
 			count(it.pfx, it.at)
 		}
 	}
+	// Rules' sources as decoded (merge keys included), located at their
+	// list items when the rule's own mapping holds them.
+	var ruleNodes []*yaml.Node
 	if f, ok := m.fields["rules"]; ok {
 		if rules := p.deref(f.val); rules.Kind == yaml.SequenceNode {
-			for i, raw := range rules.Content {
-				rule := p.deref(raw)
-				if rule.Kind != yaml.MappingNode {
-					continue
-				}
+			ruleNodes = rules.Content
+		}
+	}
+	for _, r := range c.Rules {
+		i := slices.IndexFunc(ruleNodes, func(n *yaml.Node) bool { return n.Line == r.Line })
+		at := loc{nil, sub(m.path, "rules")}
+		var direct []prefixItem
+		if i >= 0 {
+			at = loc{ruleNodes[i], sub(index(at.path, i), "sources")}
+			if rule := p.deref(ruleNodes[i]); rule.Kind == yaml.MappingNode {
 				for j := 0; j+1 < len(rule.Content); j += 2 {
 					if rule.Content[j].Value == "sources" {
-						for _, it := range prefixItems(p, rule.Content[j+1], sub(index(sub(m.path, "rules"), i), "sources")) {
-							count(it.pfx, it.at)
-						}
+						direct = prefixItems(p, rule.Content[j+1], at.path)
 					}
 				}
 			}
+		}
+		if len(direct) > 0 && len(direct) == len(r.Sources) {
+			for _, it := range direct {
+				count(it.pfx, it.at)
+			}
+			continue
+		}
+		for _, pfx := range r.Sources {
+			count(pfx, at)
 		}
 	}
 

@@ -35,6 +35,11 @@ func TestLimits(t *testing.T) {
 			MaxPrefixes + 3, "deny[1]: more than 65536 distinct IPv4 prefixes"},
 		{"sources count too", "allow:\n" + hosts(MaxPrefixes, 0) + rule + "    sources: [\"192.0.2.0/24\"]\n",
 			MaxPrefixes + 6, "rules[0].sources[0]: more than 65536 distinct IPv4 prefixes"},
+		{"sources shared through a merge key count once", "allow:\n" + hosts(MaxPrefixes-1, 0) +
+			"rules:\n  - &base {name: a, protocol: udp, rate: 10, sources: [\"192.0.2.0/24\"]}\n  - <<: *base\n    name: b\n", 0, ""},
+		{"and one more is too many", "allow:\n" + hosts(MaxPrefixes-1, 0) +
+			"rules:\n  - &base {name: a, protocol: udp, rate: 10, sources: [\"192.0.2.0/24\"]}\n  - <<: *base\n    name: b\n    sources: [\"192.0.3.0/24\"]\n",
+			MaxPrefixes + 5, "rules[1].sources[0]: more than 65536 distinct IPv4 prefixes"},
 		{"IPv6 is a table of its own", "allow:\n" + hosts(MaxPrefixes, 0) + "deny: [\"2001:db8::/32\"]\n" + rule, 0, ""},
 		{"largest table that fits", "source_table_size: 8000000\n" + rule, 0, ""},
 		{"table over the memory ceiling", "source_table_size: 16777216\n" + rule, 1,
