@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,13 @@ func TestConcurrencyLimitSlowService(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.served = svc.served.Load()
+		if limit {
+			// What the kernel counts is in `xlimit status` too.
+			out, err := e.xlimit("status", "--iface", e.lab.ServerIf)
+			if err != nil || !strings.Contains(string(out), "connections in flight (concurrency soft 6, max 8)") {
+				t.Errorf("xlimit status: %v, no connections in flight for svc:\n%s", err, out)
+			}
+		}
 		res.concurrencyDrops = c1.Reasons[dataplane.ReasonConcurrency] - c0.Reasons[dataplane.ReasonConcurrency]
 
 		// The slow phase, once the first slow requests are through.

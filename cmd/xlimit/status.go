@@ -159,6 +159,16 @@ func readStatus(bpffs, iface string) (ifaceStatus, error) {
 		}
 		if lim, err := t.Limit(slot); err == nil && lim.Epoch == r.Epoch && now < lim.DeadlineNS {
 			rs.Rate, rs.Burst, rs.RateSource = lim.Bucket.Rate(), lim.Bucket.Burst(), "control"
+			rs.Breaker = gateState(lim.Gate)
+		}
+		if r.Flags&dataplane.RuleConcurrency != 0 {
+			cs := &api.ConcurrencyStatus{Soft: int(r.ConcSoft), Max: int(r.ConcMax)}
+			if c, err := t.Conns(slot); err != nil {
+				return st, err
+			} else if c.Epoch == r.Epoch {
+				cs.InFlight = c.Count
+			}
+			rs.Concurrency = cs
 		}
 		if r.Flags&dataplane.RulePerSource != 0 {
 			ps := &perSourceStatus{
@@ -187,6 +197,19 @@ func readStatus(bpffs, iface string) (ifaceStatus, error) {
 	}
 	st.Memory = toMemoryStatus(mem)
 	return st, nil
+}
+
+// gateState names a breaker gate as the kernel applies it.
+func gateState(g dataplane.Gate) string {
+	switch {
+	case g.Drop == dataplane.GateAll && g.Probes > 0:
+		return "half_open"
+	case g.Drop == dataplane.GateAll:
+		return "open"
+	case g.Drop > 0:
+		return "partial"
+	}
+	return ""
 }
 
 func toMemoryStatus(mem []maps.MapMemory) *api.MemoryStatus {
@@ -250,6 +273,19 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 	}
 	fmt.Fprintf(tw, "(all packets)\t\t\t\t\t%d\t%d\t\t\n", st.Total.Packets["pass"], st.Total.Packets["drop"])
 	tw.Flush()
+	for _, r := range st.Rules {
+		if c := r.Concurrency; c != nil {
+			fmt.Fprintf(w, "  %s: %d connections in flight (concurrency soft %d, max %d)\n", r.Name, c.InFlight, c.Soft, c.Max)
+		}
+		switch r.Breaker {
+		case "open":
+			fmt.Fprintf(w, "  %s: circuit breaker open: new connections refused at XDP\n", r.Name)
+		case "half_open":
+			fmt.Fprintf(w, "  %s: circuit breaker half-open: only probe connections pass\n", r.Name)
+		case "partial":
+			fmt.Fprintf(w, "  %s: circuit breaker: part of the new connections refused\n", r.Name)
+		}
+	}
 	for _, r := range st.Rules {
 		ps := r.PerSource
 		if ps == nil {

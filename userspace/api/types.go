@@ -42,6 +42,20 @@ type RuleStatus struct {
 	Counters   CounterStatus `json:"counters"`
 	// PerSource is the per-source limit, with the sources dropped most.
 	PerSource *PerSourceStatus `json:"per_source,omitempty"`
+	// Concurrency is the concurrency limit and the connections in flight.
+	Concurrency *ConcurrencyStatus `json:"concurrency,omitempty"`
+	// Breaker is the circuit breaker's gate on new connections as the
+	// kernel applies it: "open" (all refused), "half_open" (probes pass);
+	// empty when no gate is in force.
+	Breaker string `json:"breaker,omitempty"`
+}
+
+// ConcurrencyStatus is a rule's concurrency limit and the connections in
+// flight that the kernel counted.
+type ConcurrencyStatus struct {
+	Soft     int   `json:"soft"`
+	Max      int   `json:"max"`
+	InFlight int64 `json:"in_flight"`
 }
 
 // PerSourceStatus is a rule's per-source limit and its most dropped
