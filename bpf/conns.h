@@ -59,6 +59,37 @@ static __always_inline int xl_gate_admit(const struct xl_limit *lim, struct xl_b
 	return __sync_val_compare_and_swap(&st->probes, old, next) == old;
 }
 
+/* The index of the lowest set bit of a non-zero mask, without a loop (a
+ * loop over the bits is refused as an infinite loop by the verifier of a
+ * loader without CAP_PERFMON). */
+static __always_inline __u32 xl_lowest_bit(__u64 mask)
+{
+	__u32 n = 0;
+	if (!(mask & 0xffffffffULL)) {
+		n += 32;
+		mask >>= 32;
+	}
+	if (!(mask & 0xffff)) {
+		n += 16;
+		mask >>= 16;
+	}
+	if (!(mask & 0xff)) {
+		n += 8;
+		mask >>= 8;
+	}
+	if (!(mask & 0xf)) {
+		n += 4;
+		mask >>= 4;
+	}
+	if (!(mask & 0x3)) {
+		n += 2;
+		mask >>= 2;
+	}
+	if (!(mask & 0x1))
+		n += 1;
+	return n;
+}
+
 /* The peer of a passively opened socket as the XDP program saw its SYN:
  * an IPv4-mapped IPv6 peer is IPv4. Returns 0 for other families. */
 static __always_inline int xl_sock_peer(const struct bpf_sock_ops *skops, struct xl_pkt *pkt)
@@ -112,10 +143,7 @@ static __always_inline void xl_conn_open(struct bpf_sock_ops *skops)
 	__u64 mask = xl_match(&pkt, gen, g, src) & g->concurrent;
 	if (!mask)
 		return;
-	__u32 slot = 0;
-	for (; slot < XL_MAX_RULES - 1; slot++)
-		if ((mask >> slot) & 1)
-			break;
+	__u32 slot = xl_lowest_bit(mask);
 	__u32 key = gen * XL_MAX_RULES + slot;
 	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
 	struct xl_conns *c = bpf_map_lookup_elem(&xl_conns, &slot);
