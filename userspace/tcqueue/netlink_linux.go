@@ -125,8 +125,20 @@ func (m *Manager) Apply(iface string, s Spec) error {
 }
 
 // Remove takes every queue of tcqueue's off iface (xlimit detach).
+//
+// An interface that no longer exists took its filters with it; only its IFB
+// devices (named after it) can remain, and they go.
 func (m *Manager) Remove(iface string) error {
-	return m.Apply(iface, Spec{})
+	_, err := m.h.LinkByName(iface)
+	var gone netlink.LinkNotFoundError
+	if !errors.As(err, &gone) {
+		return m.Apply(iface, Spec{})
+	}
+	_, err = m.removeIFBs(iface, nil)
+	m.mu.Lock()
+	delete(m.inForce, iface)
+	m.mu.Unlock()
+	return err
 }
 
 // SetRate puts a new rate (from the control loop) in force for a queued

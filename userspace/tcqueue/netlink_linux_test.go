@@ -238,4 +238,22 @@ func TestQueueReconcile(t *testing.T) {
 	if q, _ := m.ingressQdisc(link.Attrs().Index); q != nil {
 		t.Errorf("clsact left after Remove with no filter on it")
 	}
+
+	// The interface deleted under its queues: its filters went with it,
+	// its IFB devices did not; Remove (xlimit detach) takes them.
+	if err := m.Apply(l.ServerIf, spec); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if err := m.h.LinkDel(link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.h.LinkByName(IFBName(l.ServerIf, "a")); err != nil {
+		t.Fatalf("IFB of a gone with the interface: %v", err)
+	}
+	if err := m.Remove(l.ServerIf); err != nil {
+		t.Fatalf("remove from a deleted interface: %v", err)
+	}
+	if _, err := m.h.LinkByName(IFBName(l.ServerIf, "a")); err == nil {
+		t.Errorf("IFB of a still exists after Remove of a deleted interface")
+	}
 }
