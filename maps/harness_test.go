@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
 )
 
 // XDP return codes of BPF_PROG_TEST_RUN.
@@ -226,13 +227,7 @@ func deltas(after, before allCounters) allCounters {
 }
 
 // one is the counters of one packet of n bytes with a verdict and reason.
-func one(v dataplane.Verdict, r dataplane.Reason, n int) dataplane.Counters {
-	var c dataplane.Counters
-	c.Packets[v] = 1
-	c.Bytes[v] = uint64(n)
-	c.Reasons[r] = 1
-	return c
-}
+var one = corpus.One
 
 // diffCounters describes the slots where got and want differ, or "".
 func diffCounters(got, want allCounters, plan *dataplane.Plan) string {

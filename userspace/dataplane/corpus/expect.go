@@ -18,14 +18,15 @@ func (c *Case) Want(slot func(name string) int) [dataplane.CounterSlots]dataplan
 	if c.Pass {
 		v = dataplane.VerdictPass
 	}
-	want[dataplane.GlobalSlot] = one(v, c.Reason, len(c.Frame))
+	want[dataplane.GlobalSlot] = One(v, c.Reason, len(c.Frame))
 	for _, r := range c.Rules {
-		want[slot(r.Name)] = one(r.Verdict, r.Reason, len(c.Frame))
+		want[slot(r.Name)] = One(r.Verdict, r.Reason, len(c.Frame))
 	}
 	return want
 }
 
-func one(v dataplane.Verdict, r dataplane.Reason, n int) dataplane.Counters {
+// One is the counters of one packet of n bytes with a verdict and reason.
+func One(v dataplane.Verdict, r dataplane.Reason, n int) dataplane.Counters {
 	var c dataplane.Counters
 	c.Packets[v] = 1
 	c.Bytes[v] = uint64(n)
