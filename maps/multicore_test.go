@@ -163,19 +163,7 @@ func TestMultiCoreBound(t *testing.T) {
 	)
 	for _, rate := range []float64{1000, 1e5, 1e7} {
 		t.Run(fmt.Sprintf("%g/s", rate), func(t *testing.T) {
-			o, err := Load(Options{FakeClock: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer o.Close()
-			tab := o.Tables()
-			plan := compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
-				{Name: "mc", Protocol: "udp", Ports: ports(53, 53), Rate: rate, Burst: burst},
-			}}, nil)
-			if err := tab.Apply(plan); err != nil {
-				t.Fatal(err)
-			}
-			slot := plan.Slot("mc")
+			o, tab, plan, slot := loadMC(t, Options{FakeClock: true}, rate, burst)
 			b := plan.Rules[slot].Fallback
 			batch := mcBatch(b)
 			step := uint64(math.Round(refill / rate * 1e9))
@@ -339,19 +327,7 @@ func TestMultiCoreBound(t *testing.T) {
 	t.Run("real clock", func(t *testing.T) {
 		const rate, burst, perRun = 5e6, 1.25e6, 1_000_000
 		const duration = 2 * time.Second
-		o, err := Load(Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer o.Close()
-		tab := o.Tables()
-		plan := compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
-			{Name: "mc", Protocol: "udp", Ports: ports(53, 53), Rate: rate, Burst: burst},
-		}}, nil)
-		if err := tab.Apply(plan); err != nil {
-			t.Fatal(err)
-		}
-		slot := plan.Slot("mc")
+		o, tab, plan, slot := loadMC(t, Options{}, rate, burst)
 		batch := mcBatch(plan.Rules[slot].Fallback)
 		frame := build(udpTo(srcA4, 53))
 
@@ -434,4 +410,24 @@ func TestMultiCoreBound(t *testing.T) {
 			t.Errorf("admitted %.0f in %.3f s of real time, want at least %.0f", admitted, elapsed, lower)
 		}
 	})
+}
+
+// loadMC loads the program (closed when the test ends) with one UDP rule
+// "mc" on port 53 at rate and burst, and returns its objects, tables, plan
+// and the rule's slot.
+func loadMC(t *testing.T, opts Options, rate, burst float64) (*Objects, *Tables, *dataplane.Plan, int) {
+	t.Helper()
+	o, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	tab := o.Tables()
+	plan := compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "mc", Protocol: "udp", Ports: ports(53, 53), Rate: rate, Burst: burst},
+	}}, nil)
+	if err := tab.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	return o, tab, plan, plan.Slot("mc")
 }

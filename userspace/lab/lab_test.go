@@ -214,11 +214,7 @@ func TestPacedUDPFlood(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := newLab(t, Options{})
 			spec := l.ClientFlood(v6)
-			ctr, err := ListenUDPCounter(l.Server, netip.AddrPortFrom(spec.Dst, 9000))
-			if err != nil {
-				t.Fatalf("ListenUDPCounter: %v", err)
-			}
-			t.Cleanup(func() { ctr.Close() })
+			ctr := listenCounter(t, l, spec, 9000)
 
 			spec.DstPort, spec.PayloadLen = 9000, 64
 			spec.Rate, spec.Duration = 2000, 2*time.Second
@@ -266,11 +262,7 @@ func TestFloodFast(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := newLab(t, Options{})
 			spec := l.ClientFlood(v6)
-			ctr, err := ListenUDPCounter(l.Server, netip.AddrPortFrom(spec.Dst, 9001))
-			if err != nil {
-				t.Fatalf("ListenUDPCounter: %v", err)
-			}
-			t.Cleanup(func() { ctr.Close() })
+			ctr := listenCounter(t, l, spec, 9001)
 			spec.DstPort, spec.PayloadLen = 9001, 18
 			spec.Duration, spec.Count = 2*time.Second, 5_000_000
 			res, err := Flood(context.Background(), spec)
@@ -291,11 +283,7 @@ func TestFloodFast(t *testing.T) {
 func TestFloodCount(t *testing.T) {
 	l := newLab(t, Options{})
 	spec := l.ClientFlood(false)
-	ctr, err := ListenUDPCounter(l.Server, netip.AddrPortFrom(spec.Dst, 9002))
-	if err != nil {
-		t.Fatalf("ListenUDPCounter: %v", err)
-	}
-	t.Cleanup(func() { ctr.Close() })
+	ctr := listenCounter(t, l, spec, 9002)
 	spec.DstPort, spec.Count, spec.Duration = 9002, 1234, 10*time.Second
 	res, err := Flood(context.Background(), spec)
 	if err != nil {
@@ -410,11 +398,7 @@ func TestRandomSourceFlood(t *testing.T) {
 					prefixes[0] = netip.MustParsePrefix("2001:2:0:fffe::/64")
 				}
 			}
-			ctr, err := ListenUDPCounter(l.Server, netip.AddrPortFrom(spec.Dst, 9003))
-			if err != nil {
-				t.Fatalf("ListenUDPCounter: %v", err)
-			}
-			t.Cleanup(func() { ctr.Close() })
+			ctr := listenCounter(t, l, spec, 9003)
 			for _, p := range prefixes {
 				ctr.Reset()
 				s := spec
@@ -629,3 +613,15 @@ func TestStackChecksumsComplete(t *testing.T) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// listenCounter starts a UDP counter on the server at the flood's
+// destination and port, closed when the test ends.
+func listenCounter(t *testing.T, l *Lab, spec FloodSpec, port uint16) *UDPCounter {
+	t.Helper()
+	ctr, err := ListenUDPCounter(l.Server, netip.AddrPortFrom(spec.Dst, port))
+	if err != nil {
+		t.Fatalf("ListenUDPCounter: %v", err)
+	}
+	t.Cleanup(func() { ctr.Close() })
+	return ctr
+}
