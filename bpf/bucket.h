@@ -21,6 +21,8 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
+#include "maps.h"
 #include "types.h"
 
 #define XL_STALE_AHEAD (1ULL << 53)
@@ -114,6 +116,63 @@ static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
 	}
 	c->credit = c->credit + took - inc;
 	return 1;
+}
+
+/* A rule's bucket: its state in the slot, the settings in force, and each
+ * CPU's cache in front of it. An epoch other than the rule's marks state
+ * left by an earlier rule in the slot. */
+
+/* Claims the slot's bucket state for rule r: state left by another rule
+ * (another epoch) starts full (a TAT of now). Two CPUs may both reset; it
+ * starts full once. *now is read lazily (0: not yet). */
+static __always_inline void xl_state_claim(struct xl_bucket_state *st, const struct xl_rule *r,
+					   __u64 *now)
+{
+	if (st->epoch != r->epoch) {
+		st->tat = xl_time(now) << XL_TIME_SHIFT;
+		st->reset_tat = 0;
+		st->epoch = r->epoch;
+	}
+}
+
+/* The control loop's limit for a rule while it is fresh and meant for this
+ * rule; NULL otherwise, and then the static fallback applies (fail-static). */
+static __always_inline const struct xl_limit *xl_limit_for(const struct xl_rule *r, __u32 slot,
+							   __u64 *now)
+{
+	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
+	if (lim && lim->epoch == r->epoch && xl_time(now) < lim->deadline_ns)
+		return lim;
+	return NULL;
+}
+
+/* Claims this CPU's cache for rule r under the settings b: a cache filled
+ * for another rule (another epoch) or under other settings is emptied. */
+static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_rule *r,
+					   const struct xl_bucket *b)
+{
+	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
+		c->credit = 0;
+		c->retry_ns = 0;
+		c->mult = b->mult;
+		c->tol = b->tol;
+		c->epoch = r->epoch;
+	}
+}
+
+/* Whether this CPU already knows the rule-wide bucket has no room for inc:
+ * no credit left and before the time the bucket has room again. Reads *now
+ * only when the credit is short. */
+static __always_inline int xl_cache_empty(const struct xl_cache *c, __u64 inc, __u64 *now)
+{
+	return c->credit < inc && xl_time(now) < c->retry_ns;
+}
+
+/* xl_cached_admit with the time read only when the credit is short. */
+static __always_inline int xl_rule_admit(struct xl_cache *c, struct xl_bucket_state *st,
+					 const struct xl_bucket *b, __u64 inc, __u64 *now)
+{
+	return xl_cached_admit(c, &st->tat, b, inc, c->credit >= inc ? 0 : xl_time(now));
 }
 
 #endif /* XLIMIT_BUCKET_H */

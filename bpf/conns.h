@@ -59,6 +59,24 @@ static __always_inline int xl_gate_admit(const struct xl_limit *lim, struct xl_b
 	return __sync_val_compare_and_swap(&st->probes, old, next) == old;
 }
 
+/* The gates a packet of rule r meets when it opens a connection (a TCP SYN
+ * without ACK): the breaker's first (lim: the control loop's limit, NULL
+ * when none is in force), then the rule's concurrency limit. Returns the
+ * reason of the gate that refuses it, XL_REASON_BREAKER or
+ * XL_REASON_CONCURRENCY, or 0 when it is let in or opens no connection. */
+static __always_inline __u32 xl_gate_refusal(const struct xl_rule *r, __u32 slot,
+					     const struct xl_pkt *pkt, const struct xl_limit *lim,
+					     struct xl_bucket_state *st)
+{
+	if (!pkt->syn)
+		return 0;
+	if (lim && !xl_gate_admit(lim, st))
+		return XL_REASON_BREAKER;
+	if ((r->flags & XL_RULE_CONCURRENCY) && !xl_conc_admit(r, slot))
+		return XL_REASON_CONCURRENCY;
+	return 0;
+}
+
 /* The index of the lowest set bit of a non-zero mask, without a loop (a
  * loop over the bits is refused as an infinite loop by the verifier of a
  * loader without CAP_PERFMON). */

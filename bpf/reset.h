@@ -13,7 +13,10 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "bucket.h"
+#include "clock.h"
 #include "parse.h"
+#include "types.h"
 
 #define XL_TCP_RST   0x04
 #define XL_RESET_TTL 64
@@ -150,6 +153,19 @@ static __always_inline int xl_reset6(struct xdp_md *ctx, __u32 l3)
 	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
 	tcp->check = xl_csum_fold(bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp), sum));
 	return 0;
+}
+
+/* Whether a SYN that a gate refused may be answered with a reset, inc
+ * being its cost under the rule's bucket settings b: the resets spend
+ * their own bucket at the rule's rate (st->reset_tat), so a spoofed flood
+ * is not reflected beyond it. Charges the reset when it may be sent. *now
+ * is read lazily (0: not yet). */
+static __always_inline int xl_reset_admit(struct xl_bucket_state *st, const struct xl_bucket *b,
+					  __u64 inc, __u64 *now)
+{
+	__u64 retry_u;
+	return xl_gcra_take(&st->reset_tat, b->tol, xl_time(now) << XL_TIME_SHIFT, inc, inc,
+			    &retry_u) != 0;
 }
 
 /* Rewrites the SYN in ctx into its reset. Returns 0 when the frame is to be

@@ -9,6 +9,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "bucket.h"
+#include "clock.h"
 #include "maps.h"
 #include "parse.h"
 #include "types.h"
@@ -87,6 +88,15 @@ static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
 	if (!ok)
 		__sync_fetch_and_add(&s->drops, 1);
 	return ok;
+}
+
+/* Whether rule r's per-source limit, when it has one (XL_RULE_PER_SOURCE),
+ * admits the packet: xl_source_admit. *now is read lazily (0: not yet),
+ * and only for a rule with one. */
+static __always_inline int xl_source_pass(const struct xl_rule *r, __u32 slot,
+					  const struct xl_pkt *pkt, __u64 *now)
+{
+	return !(r->flags & XL_RULE_PER_SOURCE) || xl_source_admit(r, slot, pkt, xl_time(now));
 }
 
 #endif /* XLIMIT_SOURCE_H */

@@ -7,6 +7,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "bucket.h"
+#include "clock.h"
 #include "conns.h"
 #include "reset.h"
 #include "maps.h"
@@ -25,42 +26,6 @@ const enum xl_proto *xl_btf_proto __attribute__((unused));
 const enum xl_rule_flag *xl_btf_rule_flag __attribute__((unused));
 const enum xl_global_flag *xl_btf_global_flag __attribute__((unused));
 const enum xl_prefix_flag *xl_btf_prefix_flag __attribute__((unused));
-
-/* Load-time switch for tests: read the time from xl_clock instead of the
- * clock. Zero in production, where the verifier prunes the map read. */
-volatile const __u32 xl_cfg_fake_clock = 0;
-
-static __always_inline __u64 xl_clock_ns(void)
-{
-	if (xl_cfg_fake_clock) {
-		__u32 zero = 0;
-		__u64 *t = bpf_map_lookup_elem(&xl_clock, &zero);
-		return t ? *t : 0;
-	}
-	return bpf_ktime_get_ns();
-}
-
-/* The one place the program reads time. */
-#define XL_NOW() xl_clock_ns()
-
-/* The packet's time, read on first use: *now is 0 until then. */
-static __always_inline __u64 xl_time(__u64 *now)
-{
-	if (!*now)
-		*now = XL_NOW();
-	return *now;
-}
-
-/* The control loop's limit for a rule while it is fresh and meant for this
- * rule; NULL otherwise, and then the static fallback applies (fail-static). */
-static __always_inline const struct xl_limit *xl_limit_for(const struct xl_rule *r, __u32 slot,
-							   __u64 *now)
-{
-	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
-	if (lim && lim->epoch == r->epoch && xl_time(now) < lim->deadline_ns)
-		return lim;
-	return NULL;
-}
 
 /* xl_apply_rule's flag: answer the dropped packet with a TCP reset. */
 #define XL_APPLY_RESET (1 << 16)
@@ -90,52 +55,33 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 		reason = XL_REASON_FRAGMENT;
 		goto out;
 	}
-	if (st->epoch != r->epoch) {
-		/* The slot belonged to another rule: start full (a TAT of
-		 * now). Two CPUs may both reset; it starts full once. */
-		st->tat = xl_time(now) << XL_TIME_SHIFT;
-		st->reset_tat = 0;
-		st->epoch = r->epoch;
-	}
+	xl_state_claim(st, r, now);
 	const struct xl_limit *lim = xl_limit_for(r, slot, now);
 	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
-	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
-		c->credit = 0;
-		c->retry_ns = 0;
-		c->mult = b->mult;
-		c->tol = b->tol;
-		c->epoch = r->epoch;
-	}
+	xl_cache_claim(c, r, b);
 	__u64 inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
 
 	/* New connections meet the breaker's and the concurrency gates. A
 	 * refused one is answered with a reset, so that its client fails at
-	 * once, while the resets stay within the rule's rate (their own
-	 * bucket): a spoofed flood is not reflected beyond it. */
-	if (pkt->syn) {
-		if (lim && !xl_gate_admit(lim, st))
-			reason = XL_REASON_BREAKER;
-		else if ((r->flags & XL_RULE_CONCURRENCY) && !xl_conc_admit(r, slot))
-			reason = XL_REASON_CONCURRENCY;
-		if (reason != XL_REASON_RULE) {
-			__u64 retry_u;
-			if (xl_gcra_take(&st->reset_tat, b->tol, xl_time(now) << XL_TIME_SHIFT, inc,
-					 inc, &retry_u))
-				reset = XL_APPLY_RESET;
-			goto out;
-		}
+	 * once, within the resets' own bucket at the rule's rate. */
+	__u32 refused = xl_gate_refusal(r, slot, pkt, lim, st);
+	if (refused) {
+		reason = refused;
+		if (xl_reset_admit(st, b, inc, now))
+			reset = XL_APPLY_RESET;
+		goto out;
 	}
 
 	/* The rule-wide bucket known empty: drop before the per-source table
 	 * is touched, so a spoofed flood costs no LRU insert once it is over
 	 * the rule's rate. */
-	if (c->credit < inc && xl_time(now) < c->retry_ns)
+	if (xl_cache_empty(c, inc, now))
 		goto out;
-	if ((r->flags & XL_RULE_PER_SOURCE) && !xl_source_admit(r, slot, pkt, xl_time(now))) {
+	if (!xl_source_pass(r, slot, pkt, now)) {
 		reason = XL_REASON_SOURCE;
 		goto out;
 	}
-	if (xl_cached_admit(c, &st->tat, b, inc, c->credit >= inc ? 0 : xl_time(now))) {
+	if (xl_rule_admit(c, st, b, inc, now)) {
 		verdict = XL_VERDICT_PASS;
 		reason = XL_REASON_ADMIT;
 	}
