@@ -2,8 +2,9 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-# The BPF toolchain is pinned: the committed objects in maps/ are what this
-# exact compiler produces from bpf/, and `make check-generated` proves it.
+# The BPF toolchain is pinned: the committed objects in maps/ and bench/gen/
+# are what this exact compiler produces from bpf/ and bench/gen/xlgen.c, and
+# `make check-generated` proves it.
 CLANG ?= clang-19
 STRIP ?= llvm-strip-19
 CLANG_FORMAT ?= clang-format-19
@@ -33,14 +34,17 @@ deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
 
 .PHONY: generate
-generate: ## Compile bpf/ into maps/ with the pinned clang (bpf2go).
+generate: ## Compile bpf/ into maps/ and bench/gen/xlgen.c into bench/gen/ with the pinned clang (bpf2go).
 	$(GO) generate ./
+
+# Where bpf2go writes: every file there must be what `go generate ./` makes.
+GENERATED := maps/ bench/gen/
 
 .PHONY: check-generated
 check-generated: ## Regenerate the BPF objects and fail if they differ from the committed ones.
 	$(GO) generate ./
-	@git diff --exit-code -- maps/ || { echo "maps/: generated BPF objects are stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- maps/)" || { git status --porcelain -- maps/; echo "maps/: untracked generated files"; exit 1; }
+	@git diff --exit-code -- $(GENERATED) || { echo "$(GENERATED): generated BPF objects are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "$(GENERATED): uncommitted generated files"; exit 1; }
 
 .PHONY: build
 build: ## Build bin/xlimit (no clang needed).
@@ -49,14 +53,14 @@ build: ## Build bin/xlimit (no clang needed).
 .PHONY: fmt
 fmt: ## Format Go and C.
 	gofmt -w $$(git ls-files '*.go')
-	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bpf/gen/*.c
+	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bench/gen/*.c
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck, clang-format.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
-	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bpf/gen/*.c
+	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c
 
 .PHONY: test-unit
 test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.

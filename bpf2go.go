@@ -3,11 +3,12 @@
 // against token buckets in kernel maps; the daemon in cmd/xlimit loads it,
 // pins it and steers its rates.
 //
-// The go:generate line below compiles bpf/ into maps/ with bpf2go. Run it
-// through `make generate`, which pins the compiler (BPF2GO_CC, BPF2GO_STRIP,
-// BPF2GO_CFLAGS); the generated objects are committed, so building xlimit
-// needs no clang.
+// The go:generate lines below compile bpf/ into maps/, and the benchmark's
+// traffic generator (bench/gen/xlgen.c) into bench/gen/, with bpf2go. Run
+// them through `make generate`, which pins the compiler (BPF2GO_CC,
+// BPF2GO_STRIP, BPF2GO_CFLAGS); the generated objects are committed, so
+// building xlimit needs no clang.
 package xlimit
 
 //go:generate go tool bpf2go -output-dir maps -go-package maps -tags linux -target bpfel -type xl_rule -type xl_limit -type xl_globals -type xl_prefix -type xl_lpm4_key -type xl_lpm6_key -type xl_bucket_state -type xl_counters -type xl_bucket -type xl_cache -type xl_source_key -type xl_source -type xl_verdict -type xl_reason -type xl_proto -type xl_rule_flag -type xl_global_flag -type xl_prefix_flag xdp bpf/xlimit.c -- -I bpf/include
-//go:generate go tool bpf2go -output-dir maps/gen -go-package gen -tags linux -target bpfel xlgen bpf/gen/xlgen.c -- -I bpf/include
+//go:generate go tool bpf2go -output-dir bench/gen -go-package gen -tags linux -target bpfel xlgen bench/gen/xlgen.c -- -I bpf/include

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/maps/gen"
+	"github.com/xlimit/xlimit/bench/gen"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 

@@ -12,7 +12,7 @@
 //     maps' BenchmarkXDP (go test -bench) and tabulates it.
 //  2. A live flood on a two-queue veth pair between two namespaces of its
 //     own: the generator is an XDP program run by BPF_PROG_TEST_RUN in
-//     live-frames mode on a thread pinned to each CPU (maps/gen), which
+//     live-frames mode on a thread pinned to each CPU (bench/gen), which
 //     redirects its frames out of the client veth. The same generator feeds
 //     each receiver in turn: XDP_DROP (reference), no filter, xlimit (the
 //     real `xlimit run`), nftables limit and meter at netdev ingress,

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xlimit/xlimit/maps/gen"
+	"github.com/xlimit/xlimit/bench/gen"
 )
 
 // snapshot is every counter at one moment.

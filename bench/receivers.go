@@ -17,9 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xlimit/xlimit/bench/gen"
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
-	"github.com/xlimit/xlimit/maps/gen"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 

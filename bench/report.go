@@ -158,7 +158,7 @@ func (r *results) mapsSection(b *strings.Builder) {
 func (r *results) genSection(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## 2. Live flood\n\n### The generator\n\n")
-	w("An XDP program (bpf/gen/xlgen.c) run by BPF_PROG_TEST_RUN in live-frames mode, %d frames per call in batches of 64, "+
+	w("An XDP program (bench/gen/xlgen.c) run by BPF_PROG_TEST_RUN in live-frames mode, %d frames per call in batches of 64, "+
 		"on one thread pinned to each CPU inside the client namespace; it redirects every frame out of the client veth "+
 		"(60-byte UDP frames to the limited port). The veth hands a frame to the server end's receive queue of the sending CPU, "+
 		"whose NAPI poll runs in that CPU's softirq right after each batch: generator and receiver share the CPUs, so the rate "+

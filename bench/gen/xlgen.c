@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
 /* xlgen: the benchmark's traffic generator and its reference receivers.
  * Not part of the data plane.
  *

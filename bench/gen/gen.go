@@ -1,6 +1,6 @@
 //go:build linux
 
-// Package gen loads the benchmark's traffic generator (bpf/gen/xlgen.c), an
+// Package gen loads the benchmark's traffic generator (xlgen.c beside it), an
 // XDP program that BPF_PROG_TEST_RUN runs in live-frames mode
 // (BPF_F_TEST_XDP_LIVE_FRAMES, Linux ≥ 5.18) and that redirects every frame
 // out of an interface, as the kernel's samples/bpf xdp_trafficgen does; and
