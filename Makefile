@@ -18,6 +18,9 @@ GOFLAGS_TEST ?= -count=1
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN := bin/xlimit
+# The test build: the release binary plus fault-injection flags (build tag
+# xlimit_faults) that the end-to-end tests use. Never installed.
+TEST_BIN := bin/xlimit-faults
 
 .PHONY: help
 help: ## Show this help.
@@ -50,6 +53,10 @@ check-generated: ## Regenerate the BPF objects and fail if they differ from the 
 build: ## Build bin/xlimit (no clang needed).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/xlimit
 
+.PHONY: build-test
+build-test: ## Build bin/xlimit-faults, the test build with fault injection (the e2e tests run it).
+	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_faults -ldflags '$(LDFLAGS)' -o $(TEST_BIN) ./cmd/xlimit
+
 .PHONY: fmt
 fmt: ## Format Go and C.
 	gofmt -w $$(git ls-files '*.go')
@@ -59,12 +66,25 @@ fmt: ## Format Go and C.
 lint: ## gofmt, go vet, staticcheck, clang-format.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags xlimit_faults ./cmd/... ./daemon/...
 	$(GO) tool staticcheck ./...
+	@$(MAKE) --no-print-directory check-imports
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c
+
+# Only the kernel-facing packages (and the bench's traffic generator) may
+# speak to the kernel's BPF objects: everything else depends on small
+# interfaces, so that it is tested without root.
+EBPF_ALLOWED := github.com/xlimit/xlimit/(maps|loader|bench)(/|$$)
+
+.PHONY: check-imports
+check-imports: ## Fail when a package other than maps/, loader/ and bench/ imports github.com/cilium/ebpf.
+	@bad=$$($(GO) list -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}' ./... | \
+		awk '{for (i = 2; i <= NF; i++) if ($$i ~ /^github.com\/cilium\/ebpf/) { print $$1; break }}' | grep -vE '$(EBPF_ALLOWED)'); \
+	test -z "$$bad" || { echo "check-imports: only maps/, loader/ and bench/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
 
 .PHONY: test-unit
 test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.
-	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./cmd/... ./deploy/...
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/...
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
 .PHONY: test-kernel
@@ -72,8 +92,8 @@ test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN wi
 	$(GO) test $(GOFLAGS_TEST) ./maps/... ./loader/...
 
 .PHONY: e2e
-e2e: build ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon.
-	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; test $${PIPESTATUS[0]} -eq 0
+e2e: build-test ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon (its test build).
+	XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; test $${PIPESTATUS[0]} -eq 0
 
 # Debian package name or .deb of the kernel `make kernel-test` boots.
 KERNEL ?= linux-image-cloud-amd64

@@ -157,7 +157,7 @@ func TestConcurrencyLimitOnRealConnections(t *testing.T) {
 	const calls = 50
 	t0 := time.Now()
 	for range calls {
-		cc, err := diag.Connections(context.Background(), []signal.PortRange{signal.Port(port)})
+		cc, err := diag.Connections(context.Background(), []dataplane.PortRange{dataplane.Port(port)})
 		if err != nil {
 			t.Fatal(err)
 		}

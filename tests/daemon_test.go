@@ -25,7 +25,8 @@ import (
 )
 
 // xlimitBin is the binary under test: $XLIMIT_BIN (make e2e builds it), or
-// one built from this checkout.
+// one built from this checkout. Either is the test build (-tags
+// xlimit_faults), which has the fault-injection flags.
 var xlimitBin string
 
 func TestMain(m *testing.M) {
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 		}
 		cleanup = func() { os.RemoveAll(dir) }
 		xlimitBin = filepath.Join(dir, "xlimit")
-		out, err := exec.Command("go", "build", "-o", xlimitBin, "../cmd/xlimit").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "xlimit_faults", "-o", xlimitBin, "../cmd/xlimit").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build xlimit: %v\n%s", err, out)
 			cleanup()

@@ -5,6 +5,7 @@ import (
 
 	"fmt"
 
+	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -31,13 +32,14 @@ func cmdCheck(_ context.Context, e *env, args []string) error {
 		return err
 	}
 	// The compiler is the last judge: what it refuses, run would refuse.
-	if _, err := dataplane.Compile(dataplaneSpec(cfg), nil); err != nil {
+	specs := daemon.Translate(cfg)
+	if _, err := dataplane.Compile(specs.Dataplane, nil); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w.Error())
 	}
-	for _, w := range notEnforced(cfg) {
+	for _, w := range specs.NotEnforced {
 		fmt.Fprintf(e.stderr, "warning: not enforced by this version: %s\n", w)
 	}
 	fmt.Fprintf(e.stdout, "%s: ok (%d rules)\n", file, len(cfg.Rules))

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -101,7 +102,7 @@ func runDemo(ctx context.Context, w io.Writer, dur time.Duration, rate int, offe
 	if err != nil {
 		return fmt.Errorf("demo rules: %w", err)
 	}
-	plan, err := dataplane.Compile(dataplaneSpec(cfg), nil)
+	plan, err := dataplane.Compile(daemon.Translate(cfg).Dataplane, nil)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
 )
 
@@ -27,7 +28,7 @@ func cmdDetach(_ context.Context, e *env, args []string) error {
 		return err
 	}
 	// The queues go whether or not a program was attached.
-	if err := errors.Join(loader.Detach(*bpffs, *iface), removeQueues(*iface)); err != nil {
+	if err := errors.Join(loader.Detach(*bpffs, *iface), daemon.RemoveQueues(*iface)); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "detached from %s\n", *iface)

@@ -13,13 +13,15 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	"github.com/xlimit/xlimit/daemon"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
 var version = "dev"
 
-// errUsage marks errors in how a command was called (exit status 2).
-var errUsage = errors.New("usage")
+// errUsage marks errors in how a command was called (exit status 2); the
+// daemon's option errors are such errors.
+var errUsage = daemon.ErrUsage
 
 // command is one subcommand.
 type command struct {

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
@@ -320,7 +321,7 @@ func TestTopEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := dataplane.Compile(dataplaneSpec(cfg), nil)
+	plan, err := dataplane.Compile(daemon.Translate(cfg).Dataplane, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

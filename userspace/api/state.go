@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/xlimit/xlimit/userspace/durable"
 )
 
 // StateFile is the name, in the daemon's state directory, of the rules
@@ -14,26 +16,13 @@ import (
 const StateFile = "api.yaml"
 
 // SaveRules keeps rules put through the API in stateDir/api.yaml (mode
-// 0600; the directory is created 0700), atomically: a crash leaves the old
+// 0600; the directory is created 0700), durably: a crash leaves the old
 // file or the new one.
 func SaveRules(stateDir string, text []byte) error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("save API rules: %w", err)
 	}
-	path := filepath.Join(stateDir, StateFile)
-	tmp, err := os.CreateTemp(stateDir, "."+StateFile+".*")
-	if err != nil {
-		return fmt.Errorf("save API rules: %w", err)
-	}
-	_, werr := tmp.Write(text)
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("save API rules: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := durable.WriteFile(filepath.Join(stateDir, StateFile), text, 0o600); err != nil {
 		return fmt.Errorf("save API rules: %w", err)
 	}
 	return nil

@@ -46,10 +46,9 @@ const (
 	// MaxBurstSeconds bounds EffectiveBurst/Rate: no bucket may hold more
 	// than a day of traffic.
 	MaxBurstSeconds = 86400
-	// MinByteBurst is one full-size Ethernet frame (1500 bytes of IP plus
-	// the 14-byte Ethernet header): a byte bucket smaller than that can
+	// MinByteBurst: a byte bucket smaller than one full-size frame can
 	// never admit such a frame.
-	MinByteBurst = 1514
+	MinByteBurst = dataplane.FullFrame
 	// DefaultByteBurst is the smallest default burst of a byte bucket.
 	DefaultByteBurst = 65535
 
@@ -172,29 +171,13 @@ type Config struct {
 	Warnings []*Error
 }
 
-// PortRange is an inclusive range of destination ports; a single port has
-// Lo == Hi.
-type PortRange struct {
-	Lo, Hi uint16
-}
-
-func (p PortRange) String() string {
-	if p.Lo == p.Hi {
-		return fmt.Sprint(p.Lo)
-	}
-	return fmt.Sprintf("%d-%d", p.Lo, p.Hi)
-}
-
-// Contains reports whether port lies in p.
-func (p PortRange) Contains(port uint16) bool { return p.Lo <= port && port <= p.Hi }
-
 // Rule is one entry of the rules list.
 type Rule struct {
 	Name     string
 	Protocol Protocol
 	// Ports as written in the file (each item one range); empty means every
 	// port. MergedPorts gives the sorted, merged set.
-	Ports   []PortRange
+	Ports   []dataplane.PortRange
 	SynOnly bool
 	// Sources is the optional source filter (canonical prefixes); empty
 	// means every source.
@@ -333,16 +316,16 @@ func (r *Rule) EffectiveBurst() float64 {
 
 // MergedPorts returns the rule's ports sorted, with overlapping and
 // adjacent ranges merged. It returns nil when the rule has no ports.
-func (r *Rule) MergedPorts() []PortRange { return MergePorts(r.Ports) }
+func (r *Rule) MergedPorts() []dataplane.PortRange { return MergePorts(r.Ports) }
 
 // MergePorts returns a sorted copy of ports with overlapping and adjacent
 // ranges merged.
-func MergePorts(ports []PortRange) []PortRange {
+func MergePorts(ports []dataplane.PortRange) []dataplane.PortRange {
 	if len(ports) == 0 {
 		return nil
 	}
 	sorted := slices.Clone(ports)
-	slices.SortFunc(sorted, func(a, b PortRange) int {
+	slices.SortFunc(sorted, func(a, b dataplane.PortRange) int {
 		return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi))
 	})
 	out := sorted[:1]

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
 // doc joins lines into a YAML document, so that line numbers in the
@@ -50,7 +52,7 @@ func TestDesignExample(t *testing.T) {
 	r := c.Rules[0]
 	want := Rule{
 		Name: "web", Protocol: ProtoTCP,
-		Ports:   []PortRange{{80, 80}, {443, 443}, {8000, 8100}},
+		Ports:   []dataplane.PortRange{{Lo: 80, Hi: 80}, {Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}},
 		SynOnly: true,
 		Sources: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
 		Unit:    UnitPackets, Rate: 1000, Burst: 200, Behavior: BehaviorReject,
@@ -169,7 +171,7 @@ func TestDefaults(t *testing.T) {
 		c.Interfaces != nil || c.Allow != nil || c.Deny != nil || c.Warnings != nil {
 		t.Errorf("config defaults: %+v", c)
 	}
-	want := Rule{Name: "ssh", Protocol: ProtoTCP, Ports: []PortRange{{22, 22}}, Unit: UnitPackets, Rate: 20,
+	want := Rule{Name: "ssh", Protocol: ProtoTCP, Ports: []dataplane.PortRange{{Lo: 22, Hi: 22}}, Unit: UnitPackets, Rate: 20,
 		Behavior: BehaviorReject, Fragments: FragmentsIgnore, Line: 2}
 	if !reflect.DeepEqual(c.Rules[0], want) {
 		t.Errorf("rule defaults:\n got %+v\nwant %+v", c.Rules[0], want)
@@ -273,7 +275,7 @@ func TestPrefixes(t *testing.T) {
 }
 
 func TestMergePorts(t *testing.T) {
-	got := MergePorts([]PortRange{{443, 443}, {80, 80}, {81, 90}, {85, 86}, {65535, 65535}, {1000, 2000}, {2001, 2001}, {65000, 65534}})
+	got := MergePorts([]dataplane.PortRange{{Lo: 443, Hi: 443}, {Lo: 80, Hi: 80}, {Lo: 81, Hi: 90}, {Lo: 85, Hi: 86}, {Lo: 65535, Hi: 65535}, {Lo: 1000, Hi: 2000}, {Lo: 2001, Hi: 2001}, {Lo: 65000, Hi: 65534}})
 	if s := fmt.Sprint(got); s != "[80-90 443 1000-2001 65000-65535]" {
 		t.Errorf("MergePorts = %s", s)
 	}

@@ -8,61 +8,62 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/xlimit/xlimit/userspace/dataplane"
 	"go.yaml.in/yaml/v3"
 )
 
 // port decodes one item of a ports list: an integer (80) or a string
 // holding a port ("443") or an inclusive range ("8000-8100").
-func (p *parser) port(raw *yaml.Node, path string) (PortRange, bool) {
+func (p *parser) port(raw *yaml.Node, path string) (dataplane.PortRange, bool) {
 	at := loc{raw, path}
 	n := p.deref(raw)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == tagInt {
 		var v int64
 		if err := n.Decode(&v); err != nil || v < 1 || v > 65535 {
 			p.errorf(at, "port %s is out of range 1-65535", n.Value)
-			return PortRange{}, false
+			return dataplane.PortRange{}, false
 		}
-		return PortRange{uint16(v), uint16(v)}, true
+		return dataplane.PortRange{Lo: uint16(v), Hi: uint16(v)}, true
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != tagStr {
 		p.errorf(at, "expected a port (80) or a range (\"8000-8100\"), got %s", describe(n))
-		return PortRange{}, false
+		return dataplane.PortRange{}, false
 	}
 	pr, problem := parsePortRange(n.Value)
 	if problem != "" {
 		p.errorf(at, "%s", problem)
-		return PortRange{}, false
+		return dataplane.PortRange{}, false
 	}
 	return pr, true
 }
 
 // parsePortRange parses "443" or "8000-8100" and returns a problem text
 // when s is not valid.
-func parsePortRange(s string) (PortRange, string) {
+func parsePortRange(s string) (dataplane.PortRange, string) {
 	text := strings.TrimSpace(s)
 	if text == "" {
-		return PortRange{}, "empty port: expected a port (80) or a range (\"8000-8100\")"
+		return dataplane.PortRange{}, "empty port: expected a port (80) or a range (\"8000-8100\")"
 	}
 	loText, hiText, isRange := strings.Cut(text, "-")
 	loText, hiText = strings.TrimSpace(loText), strings.TrimSpace(hiText)
 	if isRange && (loText == "" || hiText == "") {
-		return PortRange{}, fmt.Sprintf("empty range %s: a range needs both ends, as in \"8000-8100\"", quote(s))
+		return dataplane.PortRange{}, fmt.Sprintf("empty range %s: a range needs both ends, as in \"8000-8100\"", quote(s))
 	}
 	lo, problem := parsePort(loText)
 	if problem != "" {
-		return PortRange{}, problem
+		return dataplane.PortRange{}, problem
 	}
 	if !isRange {
-		return PortRange{lo, lo}, ""
+		return dataplane.PortRange{Lo: lo, Hi: lo}, ""
 	}
 	hi, problem := parsePort(hiText)
 	if problem != "" {
-		return PortRange{}, problem
+		return dataplane.PortRange{}, problem
 	}
 	if lo > hi {
-		return PortRange{}, fmt.Sprintf("reversed range \"%d-%d\" (did you mean \"%d-%d\"?)", lo, hi, hi, lo)
+		return dataplane.PortRange{}, fmt.Sprintf("reversed range \"%d-%d\" (did you mean \"%d-%d\"?)", lo, hi, hi, lo)
 	}
-	return PortRange{lo, hi}, ""
+	return dataplane.PortRange{Lo: lo, Hi: hi}, ""
 }
 
 func parsePort(s string) (uint16, string) {

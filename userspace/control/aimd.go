@@ -5,32 +5,12 @@ import (
 	"math"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/signal"
 )
 
-// Signals are one control tick's inputs to AIMD. The daemon reads them
-// without blocking; a signal it could not read this tick is marked stale
-// (its value is then ignored).
-type Signals struct {
-	// Latency is the queueing-latency sample of admitted work (accept-queue
-	// delay by Little's law, probe or feedback), never the service's own
-	// processing time and never from dropped traffic.
-	Latency time.Duration
-	// LatencyStale reports that no fresh latency sample was read this tick.
-	LatencyStale bool
-	// ErrorRate is the fraction of failed work in [0, 1] (listen
-	// overflows per new connection, failed probes, reported errors).
-	ErrorRate float64
-	// ErrorsStale reports that the error counters were not read this tick.
-	ErrorsStale bool
-	// CPU is the host's (or the service cgroup's) CPU usage in [0, 1].
-	CPU float64
-	// CPUStale reports that the CPU usage was not read this tick.
-	CPUStale bool
-	// UsedRate is the rate the rule actually admitted over the last tick,
-	// from the kernel's passed counters, in the rule's unit per second.
-	UsedRate float64
-}
+// Signals is what the adaptive law reads of a rule for one tick, as
+// package signal measures it.
+type Signals = signal.Signals
 
 // Action says which branch of the law a tick took.
 type Action uint8
@@ -94,7 +74,7 @@ type Step struct {
 //
 // An AIMD is not safe for concurrent use.
 type AIMD struct {
-	p        config.Adaptive
+	p        AIMDParams
 	target   float64 // seconds
 	rate     float64
 	smoothed float64 // seconds
@@ -104,11 +84,10 @@ type AIMD struct {
 // NewAIMD returns the law for the parameters of a rule's adaptive section,
 // starting at rate initial (the rule's rate), clamped into [MinRate,
 // MaxRate].
-func NewAIMD(p config.Adaptive, initial float64) (*AIMD, error) {
+func NewAIMD(p AIMDParams, initial float64) (*AIMD, error) {
 	if err := checkAdaptive(p, initial); err != nil {
 		return nil, fmt.Errorf("new aimd: %w", err)
 	}
-	p.Probe = nil // the law has no use for it; do not alias the config
 	return &AIMD{
 		p:      p,
 		target: p.TargetLatency.Seconds(),
@@ -116,7 +95,7 @@ func NewAIMD(p config.Adaptive, initial float64) (*AIMD, error) {
 	}, nil
 }
 
-func checkAdaptive(p config.Adaptive, initial float64) error {
+func checkAdaptive(p AIMDParams, initial float64) error {
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
 	case p.TargetLatency <= 0:

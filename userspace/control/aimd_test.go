@@ -13,15 +13,15 @@ const target = 25 * time.Millisecond
 
 // params are the rules file's defaults around DESIGN.md §7's scenario:
 // target 25 ms, R_min 1000, R_max 12000.
-func params() config.Adaptive {
-	return config.Adaptive{
+func params() AIMDParams {
+	return AIMDParams{
 		TargetLatency: target, MinRate: 1000, MaxRate: 12000,
 		KA: config.DefaultKA, KM: config.DefaultKM, Gamma: config.DefaultGamma, Alpha: config.DefaultAlpha,
 		CPUHigh: config.DefaultCPUHigh, ErrorThreshold: config.DefaultErrorThreshold,
 	}
 }
 
-func mustAIMD(t *testing.T, p config.Adaptive, initial float64) *AIMD {
+func mustAIMD(t *testing.T, p AIMDParams, initial float64) *AIMD {
 	t.Helper()
 	a, err := NewAIMD(p, initial)
 	if err != nil {
@@ -204,16 +204,16 @@ func TestAIMDNoGrowthWhileIdleOrHot(t *testing.T) {
 func TestAIMDClamps(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		tweak   func(*config.Adaptive)
+		tweak   func(*AIMDParams)
 		initial float64
 		in      Signals
 		want    float64
 		action  Action
 	}{
 		{"increase stops at R_max", nil, 11990, Signals{Latency: 0, CPU: 0.1, UsedRate: 1e9}, 12000, ActionIncrease},
-		{"huge K_a stops at R_max", func(p *config.Adaptive) { p.KA = 1e9 }, 1000, Signals{Latency: 0, CPU: 0.1, UsedRate: 1e9}, 12000, ActionIncrease},
+		{"huge K_a stops at R_max", func(p *AIMDParams) { p.KA = 1e9 }, 1000, Signals{Latency: 0, CPU: 0.1, UsedRate: 1e9}, 12000, ActionIncrease},
 		{"decrease stops at R_min", nil, 1500, Signals{Latency: time.Second, CPU: 0.1, UsedRate: 1e9}, 1000, ActionDecrease},
-		{"K_m = 1 stops at R_min", func(p *config.Adaptive) { p.KM = 1 }, 12000, Signals{Latency: time.Second, CPU: 0.1, UsedRate: 1e9}, 1000, ActionDecrease},
+		{"K_m = 1 stops at R_min", func(p *AIMDParams) { p.KM = 1 }, 12000, Signals{Latency: time.Second, CPU: 0.1, UsedRate: 1e9}, 1000, ActionDecrease},
 		{"error cut stops at R_min", nil, 1500, Signals{Latency: 0, ErrorRate: 1, CPU: 0.1, UsedRate: 1e9}, 1000, ActionCutErrors},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -244,21 +244,21 @@ func TestAIMDClamps(t *testing.T) {
 func TestNewAIMDRejects(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		tweak   func(*config.Adaptive)
+		tweak   func(*AIMDParams)
 		initial float64
 	}{
-		{"zero target", func(p *config.Adaptive) { p.TargetLatency = 0 }, 5000},
-		{"zero min rate", func(p *config.Adaptive) { p.MinRate = 0 }, 5000},
-		{"max below min", func(p *config.Adaptive) { p.MaxRate = 500 }, 5000},
-		{"infinite max", func(p *config.Adaptive) { p.MaxRate = math.Inf(1) }, 5000},
-		{"zero ka", func(p *config.Adaptive) { p.KA = 0 }, 5000},
-		{"km above 1", func(p *config.Adaptive) { p.KM = 1.5 }, 5000},
-		{"zero km", func(p *config.Adaptive) { p.KM = 0 }, 5000},
-		{"gamma 1", func(p *config.Adaptive) { p.Gamma = 1 }, 5000},
-		{"zero alpha", func(p *config.Adaptive) { p.Alpha = 0 }, 5000},
-		{"NaN alpha", func(p *config.Adaptive) { p.Alpha = math.NaN() }, 5000},
-		{"zero cpu high", func(p *config.Adaptive) { p.CPUHigh = 0 }, 5000},
-		{"error threshold above 1", func(p *config.Adaptive) { p.ErrorThreshold = 2 }, 5000},
+		{"zero target", func(p *AIMDParams) { p.TargetLatency = 0 }, 5000},
+		{"zero min rate", func(p *AIMDParams) { p.MinRate = 0 }, 5000},
+		{"max below min", func(p *AIMDParams) { p.MaxRate = 500 }, 5000},
+		{"infinite max", func(p *AIMDParams) { p.MaxRate = math.Inf(1) }, 5000},
+		{"zero ka", func(p *AIMDParams) { p.KA = 0 }, 5000},
+		{"km above 1", func(p *AIMDParams) { p.KM = 1.5 }, 5000},
+		{"zero km", func(p *AIMDParams) { p.KM = 0 }, 5000},
+		{"gamma 1", func(p *AIMDParams) { p.Gamma = 1 }, 5000},
+		{"zero alpha", func(p *AIMDParams) { p.Alpha = 0 }, 5000},
+		{"NaN alpha", func(p *AIMDParams) { p.Alpha = math.NaN() }, 5000},
+		{"zero cpu high", func(p *AIMDParams) { p.CPUHigh = 0 }, 5000},
+		{"error threshold above 1", func(p *AIMDParams) { p.ErrorThreshold = 2 }, 5000},
 		{"NaN initial rate", nil, math.NaN()},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/signal"
 )
 
 // BreakerState is a circuit breaker's state.
@@ -31,21 +31,9 @@ func (s BreakerState) String() string {
 	return fmt.Sprintf("BreakerState(%d)", uint8(s))
 }
 
-// Outcomes are what a breaker's service did since the previous tick:
-// completed calls and how many of them failed; Timed of them carry a
-// latency and Slow of those were slower than slow_latency. A call counts
-// once in Requests whether or not it is timed.
-type Outcomes struct {
-	Requests int // denominator of the error ratio
-	Errors   int // ≤ Requests
-	Timed    int // calls with a latency: denominator of the slow ratio
-	Slow     int // ≤ Timed
-}
-
-func (o Outcomes) valid() bool {
-	return o.Requests >= 0 && o.Errors >= 0 && o.Errors <= o.Requests &&
-		o.Timed >= 0 && o.Slow >= 0 && o.Slow <= o.Timed && o.Timed <= o.Requests
-}
+// Outcomes is what a breaker's service did over one tick, as package
+// signal counts it.
+type Outcomes = signal.Outcomes
 
 // Transition is a change of state, with why it happened.
 type Transition struct {
@@ -83,7 +71,7 @@ type breakerBucket struct {
 //
 // A Breaker is not safe for concurrent use.
 type Breaker struct {
-	cfg       config.CircuitBreaker
+	cfg       BreakerParams
 	epoch     time.Time
 	bucketLen int64
 	buckets   [breakerBuckets]breakerBucket
@@ -96,7 +84,7 @@ type Breaker struct {
 }
 
 // NewBreaker returns a closed breaker; now starts its window.
-func NewBreaker(cfg config.CircuitBreaker, now time.Time) (*Breaker, error) {
+func NewBreaker(cfg BreakerParams, now time.Time) (*Breaker, error) {
 	switch {
 	case !(cfg.ErrorRatio >= 0 && cfg.ErrorRatio <= 1):
 		return nil, invalid("new breaker: error ratio %v: must be in [0, 1]", cfg.ErrorRatio)
@@ -144,7 +132,7 @@ func (b *Breaker) Gate() dataplane.Gate {
 // caused, if any. Outcomes that are not consistent (negative, more errors
 // than requests) are ignored.
 func (b *Breaker) Step(now time.Time, o Outcomes) (Transition, bool) {
-	if !o.valid() {
+	if !o.Valid() {
 		o = Outcomes{}
 	}
 	switch b.state {

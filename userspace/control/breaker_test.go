@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -17,7 +16,7 @@ type breakerRun struct {
 	now time.Time
 }
 
-func newBreakerRun(t *testing.T, cfg config.CircuitBreaker) *breakerRun {
+func newBreakerRun(t *testing.T, cfg BreakerParams) *breakerRun {
 	t.Helper()
 	start := time.Unix(1_000_000, 0)
 	b, err := NewBreaker(cfg, start)
@@ -54,7 +53,7 @@ var (
 // half-open probe fails and reopens; 10 s later the probe succeeds and
 // closes with a fresh window, in which 1 error in 7 (0.14) stays closed.
 func TestBreakerSentinelErrorRatio(t *testing.T) {
-	r := newBreakerRun(t, config.CircuitBreaker{ErrorRatio: 0.2, MinRequests: 1,
+	r := newBreakerRun(t, BreakerParams{ErrorRatio: 0.2, MinRequests: 1,
 		Window: 20 * time.Second, RetryTimeout: 10 * time.Second, HalfOpenProbes: 1})
 	r.step(10*time.Millisecond, ok1, BreakerClosed)
 	r.step(50*time.Millisecond, err1, BreakerOpen)
@@ -92,7 +91,7 @@ func TestBreakerSentinelErrorRatio(t *testing.T) {
 // min 3 requests, window 5 s, retry 5 s. Three slow calls open; the breaker
 // still refuses 1 s later and lets the next call through after 5 s.
 func TestBreakerSentinelSlowRatioOne(t *testing.T) {
-	r := newBreakerRun(t, config.CircuitBreaker{SlowLatency: 10 * time.Millisecond, SlowRatio: 1,
+	r := newBreakerRun(t, BreakerParams{SlowLatency: 10 * time.Millisecond, SlowRatio: 1,
 		MinRequests: 3, Window: 5 * time.Second, RetryTimeout: 5 * time.Second, HalfOpenProbes: 1})
 	r.step(20*time.Millisecond, slow1, BreakerClosed)
 	r.step(20*time.Millisecond, slow1, BreakerClosed) // 2 < min_requests
@@ -107,7 +106,7 @@ func TestBreakerSentinelSlowRatioOne(t *testing.T) {
 // reopens (ResponseTimeCircuitBreaker's half-open check), each reopening
 // restarts the retry timeout, and calls completing while open are ignored.
 func TestBreakerTransitions(t *testing.T) {
-	cfg := config.CircuitBreaker{SlowLatency: 100 * time.Millisecond, SlowRatio: 0.5, ErrorRatio: 0.5,
+	cfg := BreakerParams{SlowLatency: 100 * time.Millisecond, SlowRatio: 0.5, ErrorRatio: 0.5,
 		MinRequests: 5, Window: time.Second, RetryTimeout: 2 * time.Second, HalfOpenProbes: 1}
 	r := newBreakerRun(t, cfg)
 	// 3 slow of 5 timed: 0.6 > 0.5.
@@ -130,7 +129,7 @@ func TestBreakerTransitions(t *testing.T) {
 // does not trip; a threshold of 1 trips only when every call failed; and
 // nothing trips below min_requests however bad.
 func TestBreakerThresholds(t *testing.T) {
-	cfg := config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 4,
+	cfg := BreakerParams{ErrorRatio: 0.5, MinRequests: 4,
 		Window: time.Second, RetryTimeout: time.Second, HalfOpenProbes: 1}
 	r := newBreakerRun(t, cfg)
 	r.step(50*time.Millisecond, Outcomes{Requests: 3, Errors: 3}, BreakerClosed) // 3 < min 4
@@ -151,7 +150,7 @@ func TestBreakerThresholds(t *testing.T) {
 // The window slides: failures older than the window are forgotten a tenth
 // of the window at a time, while those within it still count.
 func TestBreakerSlidingWindow(t *testing.T) {
-	cfg := config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 5,
+	cfg := BreakerParams{ErrorRatio: 0.5, MinRequests: 5,
 		Window: time.Second, RetryTimeout: time.Second, HalfOpenProbes: 1}
 	r := newBreakerRun(t, cfg)
 	r.step(50*time.Millisecond, Outcomes{Requests: 4, Errors: 4}, BreakerClosed)
@@ -180,7 +179,7 @@ func TestBreakerSlidingWindow(t *testing.T) {
 // round with no outcome for a window gives way to a new round, so the
 // kernel lets new probes through; a failure after some successes reopens.
 func TestBreakerHalfOpenProbes(t *testing.T) {
-	cfg := config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 1,
+	cfg := BreakerParams{ErrorRatio: 0.5, MinRequests: 1,
 		Window: time.Second, RetryTimeout: time.Second, HalfOpenProbes: 3}
 	r := newBreakerRun(t, cfg)
 	r.step(50*time.Millisecond, err1, BreakerOpen)
@@ -206,20 +205,20 @@ func TestBreakerHalfOpenProbes(t *testing.T) {
 }
 
 func TestBreakerInvalid(t *testing.T) {
-	good := config.CircuitBreaker{SlowLatency: time.Millisecond, SlowRatio: 0.5, ErrorRatio: 0.5,
+	good := BreakerParams{SlowLatency: time.Millisecond, SlowRatio: 0.5, ErrorRatio: 0.5,
 		MinRequests: 5, Window: time.Second, RetryTimeout: time.Second, HalfOpenProbes: 1}
 	if _, err := NewBreaker(good, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for name, mutate := range map[string]func(*config.CircuitBreaker){
-		"no check":       func(c *config.CircuitBreaker) { c.SlowRatio, c.ErrorRatio = 0, 0 },
-		"error ratio":    func(c *config.CircuitBreaker) { c.ErrorRatio = 1.5 },
-		"slow ratio":     func(c *config.CircuitBreaker) { c.SlowRatio = -1 },
-		"slow latency":   func(c *config.CircuitBreaker) { c.SlowLatency = 0 },
-		"min requests":   func(c *config.CircuitBreaker) { c.MinRequests = 0 },
-		"window":         func(c *config.CircuitBreaker) { c.Window = 0 },
-		"retry timeout":  func(c *config.CircuitBreaker) { c.RetryTimeout = -time.Second },
-		"half-open zero": func(c *config.CircuitBreaker) { c.HalfOpenProbes = 0 },
+	for name, mutate := range map[string]func(*BreakerParams){
+		"no check":       func(c *BreakerParams) { c.SlowRatio, c.ErrorRatio = 0, 0 },
+		"error ratio":    func(c *BreakerParams) { c.ErrorRatio = 1.5 },
+		"slow ratio":     func(c *BreakerParams) { c.SlowRatio = -1 },
+		"slow latency":   func(c *BreakerParams) { c.SlowLatency = 0 },
+		"min requests":   func(c *BreakerParams) { c.MinRequests = 0 },
+		"window":         func(c *BreakerParams) { c.Window = 0 },
+		"retry timeout":  func(c *BreakerParams) { c.RetryTimeout = -time.Second },
+		"half-open zero": func(c *BreakerParams) { c.HalfOpenProbes = 0 },
 	} {
 		c := good
 		mutate(&c)
@@ -228,7 +227,7 @@ func TestBreakerInvalid(t *testing.T) {
 		}
 	}
 	// Inconsistent outcomes count as none.
-	r := newBreakerRun(t, config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 1,
+	r := newBreakerRun(t, BreakerParams{ErrorRatio: 0.5, MinRequests: 1,
 		Window: time.Second, RetryTimeout: time.Second, HalfOpenProbes: 1})
 	r.step(50*time.Millisecond, Outcomes{Requests: 1, Errors: 2}, BreakerClosed)
 	r.step(50*time.Millisecond, Outcomes{Requests: -1}, BreakerClosed)

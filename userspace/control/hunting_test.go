@@ -4,8 +4,6 @@ import (
 	"math"
 	"testing"
 	"time"
-
-	"github.com/xlimit/xlimit/userspace/config"
 )
 
 // fluidQueue is a service of capacity c per second behind the limiter: the
@@ -38,7 +36,7 @@ type hunt struct {
 // simulateHunting runs 60 s of 50 ms ticks of p against a fluidQueue of
 // capacity c offered offered per second, starting at rate initial, and
 // measures the last 40 s (the first 20 s are convergence).
-func simulateHunting(t *testing.T, p config.Adaptive, c, offered, initial float64) hunt {
+func simulateHunting(t *testing.T, p AIMDParams, c, offered, initial float64) hunt {
 	t.Helper()
 	const (
 		dt       = 0.05
@@ -103,17 +101,17 @@ func simulateHunting(t *testing.T, p config.Adaptive, c, offered, initial float6
 func TestAIMDHunting(t *testing.T) {
 	type scenario struct {
 		name     string
-		tweak    func(*config.Adaptive)
+		tweak    func(*AIMDParams)
 		capacity float64
 	}
 	scenarios := []scenario{
 		{"defaults, C 5000/s", nil, 5000},
 		{"defaults, C 2000/s", nil, 2000},
 		{"defaults, C 10000/s", nil, 10000},
-		{"α 1 (no smoothing), C 5000/s", func(p *config.Adaptive) { p.Alpha = 1 }, 5000},
-		{"α 0.5, C 5000/s", func(p *config.Adaptive) { p.Alpha = 0.5 }, 5000},
-		{"K_m 0.2, C 5000/s", func(p *config.Adaptive) { p.KM = 0.2 }, 5000},
-		{"K_a 10, C 5000/s", func(p *config.Adaptive) { p.KA = 10 }, 5000},
+		{"α 1 (no smoothing), C 5000/s", func(p *AIMDParams) { p.Alpha = 1 }, 5000},
+		{"α 0.5, C 5000/s", func(p *AIMDParams) { p.Alpha = 0.5 }, 5000},
+		{"K_m 0.2, C 5000/s", func(p *AIMDParams) { p.KM = 0.2 }, 5000},
+		{"K_a 10, C 5000/s", func(p *AIMDParams) { p.KA = 10 }, 5000},
 	}
 	results := make([]hunt, len(scenarios))
 	for i, s := range scenarios {

@@ -1,14 +1,12 @@
 package control
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"reflect"
 	"slices"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -30,18 +28,20 @@ type Target struct {
 // reject or paced need no steering: the kernel's static bucket is all.
 type RuleSpec struct {
 	Name     string
-	Behavior config.Behavior
+	Behavior Behavior
 	Rate     float64 // the static rate of the rules file
 	Burst    float64 // the static burst (EffectiveBurst)
 	Bytes    bool
-	WarmUp   *config.WarmUp
-	Paced    *config.Paced
-	Adaptive *config.Adaptive
-	Ports    []config.PortRange
-	SynOnly  bool
+	WarmUp   *WarmUpParams
+	// MaxQueueingTime is a warm_up_paced rule's pacing bound.
+	MaxQueueingTime time.Duration
+	Adaptive        *AIMDParams
+	// Signal names what steers an adaptive rule (reported per tick).
+	Signal  string
+	SynOnly bool
 	// CircuitBreaker, when not nil, gates the rule's new connections
 	// (DESIGN.md §5.8) whatever its behavior.
-	CircuitBreaker *config.CircuitBreaker
+	CircuitBreaker *BreakerParams
 }
 
 // Dynamic reports whether the rule needs the loop.
@@ -50,7 +50,7 @@ func (r *RuleSpec) Dynamic() bool {
 		return true
 	}
 	switch r.Behavior {
-	case config.BehaviorWarmUp, config.BehaviorWarmUpPaced, config.BehaviorAdaptive:
+	case BehaviorWarmUp, BehaviorWarmUpPaced, BehaviorAdaptive:
 		return true
 	}
 	return false
@@ -110,7 +110,7 @@ type Loop struct {
 	// System protection (DESIGN.md 5.6): while the host's CPU usage is at
 	// or above system.CPUHigh, new-connection (SYN-only) rules are capped
 	// at the best completion rate they showed over the last peakSeconds.
-	system *config.System
+	system *SystemParams
 	cpu    func() (usage float64, fresh bool)
 }
 
@@ -155,7 +155,7 @@ func NewLoop(clock Clock, monoNS func() uint64, period, hold time.Duration, samp
 
 // SetSystem turns system protection on (sys not nil) with a reader of the
 // host's CPU usage; call Configure afterwards.
-func (l *Loop) SetSystem(sys *config.System, cpu func() (float64, bool)) {
+func (l *Loop) SetSystem(sys *SystemParams, cpu func() (float64, bool)) {
 	l.system, l.cpu = sys, cpu
 }
 
@@ -190,13 +190,13 @@ func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
 		}
 		st := &ruleState{spec: spec, targets: targets[spec.Name], rate: spec.Rate, burst: spec.Burst}
 		switch spec.Behavior {
-		case config.BehaviorWarmUp, config.BehaviorWarmUpPaced:
+		case BehaviorWarmUp, BehaviorWarmUpPaced:
 			w, err := NewWarmUp(spec.Rate, spec.WarmUp.Period, spec.WarmUp.ColdFactor)
 			if err != nil {
 				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
 			}
 			st.warm = w
-		case config.BehaviorAdaptive:
+		case BehaviorAdaptive:
 			a, err := NewAIMD(*spec.Adaptive, spec.Rate)
 			if err != nil {
 				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
@@ -216,25 +216,6 @@ func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
 	return nil
 }
 
-// Run ticks every period until ctx ends. afterTick, when not nil, gets each
-// tick's report (the daemon exports it and pings systemd's watchdog from
-// it: a stuck loop stops the pings).
-func (l *Loop) Run(ctx context.Context, afterTick func(TickReport)) {
-	t := time.NewTicker(l.period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			rep := l.Tick()
-			if afterTick != nil {
-				afterTick(rep)
-			}
-		}
-	}
-}
-
 // Tick runs one control period.
 func (l *Loop) Tick() TickReport {
 	now := l.clock.Now()
@@ -249,7 +230,7 @@ func (l *Loop) Tick() TickReport {
 func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	rep := RuleReport{Name: r.spec.Name, Signal: "counters"}
 	if r.spec.Adaptive != nil {
-		rep.Signal = string(r.spec.Adaptive.Signal)
+		rep.Signal = r.spec.Signal
 	} else if r.breaker != nil && r.warm == nil {
 		rep.Signal = "breaker"
 	}
@@ -305,8 +286,8 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		// The burst shrinks with the rate: a cold service must not take
 		// a whole second of the stable rate at once.
 		burst = r.spec.Burst * rate / r.spec.Rate
-		if r.spec.Behavior == config.BehaviorWarmUpPaced {
-			burst = PacedBurst(rate, r.spec.Paced.MaxQueueingTime)
+		if r.spec.Behavior == BehaviorWarmUpPaced {
+			burst = PacedBurst(rate, r.spec.MaxQueueingTime)
 		}
 	case r.aimd != nil:
 		sig := Signals{LatencyStale: true, ErrorsStale: true, CPUStale: true, UsedRate: used}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -49,8 +48,8 @@ func (k *fakeKernel) admit(slot int, n uint64) {
 }
 
 func warmRule() RuleSpec {
-	return RuleSpec{Name: "w", Behavior: config.BehaviorWarmUp, Rate: 10, Burst: 10,
-		WarmUp: &config.WarmUp{Period: 10 * time.Second, ColdFactor: 3}}
+	return RuleSpec{Name: "w", Behavior: BehaviorWarmUp, Rate: 10, Burst: 10,
+		WarmUp: &WarmUpParams{Period: 10 * time.Second, ColdFactor: 3}}
 }
 
 // Under saturating traffic the loop reproduces DESIGN.md 5.2's ramp: the
@@ -108,7 +107,7 @@ func TestLoopKeepsStateAcrossConfigure(t *testing.T) {
 	k := newFakeKernel()
 	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, nil)
 	targets := map[string][]Target{"w": {{Kernel: k, Slot: 0, Epoch: 1}}}
-	if err := loop.Configure([]RuleSpec{warmRule(), {Name: "static", Behavior: config.BehaviorReject, Rate: 5, Burst: 5}}, targets); err != nil {
+	if err := loop.Configure([]RuleSpec{warmRule(), {Name: "static", Behavior: BehaviorReject, Rate: 5, Burst: 5}}, targets); err != nil {
 		t.Fatal(err)
 	}
 	if len(loop.rules) != 1 {
@@ -132,7 +131,7 @@ func TestLoopKeepsStateAcrossConfigure(t *testing.T) {
 	}
 	// Changed: cold again.
 	changed := warmRule()
-	changed.WarmUp = &config.WarmUp{Period: 20 * time.Second, ColdFactor: 3}
+	changed.WarmUp = &WarmUpParams{Period: 20 * time.Second, ColdFactor: 3}
 	if err := loop.Configure([]RuleSpec{changed}, targets); err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +155,9 @@ func TestLoopAdaptive(t *testing.T) {
 	k := newFakeKernel()
 	s := &fakeSampler{sig: Signals{Latency: 5 * time.Millisecond, CPU: 0.1}}
 	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, s)
-	ad := config.Adaptive{TargetLatency: 25 * time.Millisecond, MinRate: 1000, MaxRate: 12000,
-		KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05, Signal: config.SignalAcceptQueue}
-	spec := RuleSpec{Name: "a", Behavior: config.BehaviorAdaptive, Rate: 4000, Burst: 4000, Adaptive: &ad}
+	ad := AIMDParams{TargetLatency: 25 * time.Millisecond, MinRate: 1000, MaxRate: 12000,
+		KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05}
+	spec := RuleSpec{Name: "a", Behavior: BehaviorAdaptive, Rate: 4000, Burst: 4000, Adaptive: &ad, Signal: "accept_queue"}
 	if err := loop.Configure([]RuleSpec{spec}, map[string][]Target{"a": {{Kernel: k, Slot: 1, Epoch: 9}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,9 +211,9 @@ func TestLoopSystemProtection(t *testing.T) {
 	k := newFakeKernel()
 	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, nil)
 	cpu, fresh := 0.3, true
-	loop.SetSystem(&config.System{CPUHigh: 0.8}, func() (float64, bool) { return cpu, fresh })
-	spec := RuleSpec{Name: "syn", Behavior: config.BehaviorReject, Rate: 1000, Burst: 100, SynOnly: true}
-	other := RuleSpec{Name: "pkts", Behavior: config.BehaviorReject, Rate: 1000, Burst: 100}
+	loop.SetSystem(&SystemParams{CPUHigh: 0.8}, func() (float64, bool) { return cpu, fresh })
+	spec := RuleSpec{Name: "syn", Behavior: BehaviorReject, Rate: 1000, Burst: 100, SynOnly: true}
+	other := RuleSpec{Name: "pkts", Behavior: BehaviorReject, Rate: 1000, Burst: 100}
 	if err := loop.Configure([]RuleSpec{spec, other}, map[string][]Target{"syn": {{Kernel: k, Slot: 0, Epoch: 1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -271,11 +270,11 @@ func TestLoopBreaker(t *testing.T) {
 	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, &fakeSampler{sig: Signals{Latency: 5 * time.Millisecond, CPU: 0.1}})
 	out := &fakeOutcomes{by: map[string]Outcomes{}, admitted: map[string]uint64{}, fresh: true}
 	loop.SetOutcomes(out)
-	cb := config.CircuitBreaker{ErrorRatio: 0.5, MinRequests: 5, Window: time.Second, RetryTimeout: 2 * time.Second, HalfOpenProbes: 1}
-	plain := RuleSpec{Name: "svc", Behavior: config.BehaviorReject, Rate: 100, Burst: 20, SynOnly: true, CircuitBreaker: &cb}
-	ad := config.Adaptive{TargetLatency: 25 * time.Millisecond, MinRate: 50, MaxRate: 500,
-		KA: 5, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05, Signal: config.SignalAcceptQueue}
-	adaptive := RuleSpec{Name: "ad", Behavior: config.BehaviorAdaptive, Rate: 100, Burst: 100, Adaptive: &ad, CircuitBreaker: &cb}
+	cb := BreakerParams{ErrorRatio: 0.5, MinRequests: 5, Window: time.Second, RetryTimeout: 2 * time.Second, HalfOpenProbes: 1}
+	plain := RuleSpec{Name: "svc", Behavior: BehaviorReject, Rate: 100, Burst: 20, SynOnly: true, CircuitBreaker: &cb}
+	ad := AIMDParams{TargetLatency: 25 * time.Millisecond, MinRate: 50, MaxRate: 500,
+		KA: 5, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05}
+	adaptive := RuleSpec{Name: "ad", Behavior: BehaviorAdaptive, Rate: 100, Burst: 100, Adaptive: &ad, Signal: "accept_queue", CircuitBreaker: &cb}
 	specs := []RuleSpec{plain, adaptive}
 	targets := map[string][]Target{"svc": {{Kernel: k, Slot: 2, Epoch: 3}}, "ad": {{Kernel: k, Slot: 4, Epoch: 5}}}
 	if err := loop.Configure(specs, targets); err != nil {

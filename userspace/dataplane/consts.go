@@ -134,3 +134,7 @@ const (
 	PrefixAllow uint32 = 1 << 0
 	PrefixDeny  uint32 = 1 << 1
 )
+
+// FullFrame is one full-size Ethernet frame: 1500 bytes of IP plus the
+// 14-byte Ethernet header.
+const FullFrame = 1514

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -117,8 +118,23 @@ type PerSourceSpec struct {
 	BanAfter, BanDuration time.Duration
 }
 
-// PortRange is an inclusive range of ports.
+// PortRange is an inclusive range of ports; a single port has Lo == Hi.
+// It is the one port-range type of xlimit: the rules file, the compiler,
+// the kernel queues and the socket readers all use it.
 type PortRange struct{ Lo, Hi uint16 }
+
+// Port returns the range holding only p.
+func Port(p uint16) PortRange { return PortRange{p, p} }
+
+// Contains reports whether port lies in p.
+func (p PortRange) Contains(port uint16) bool { return p.Lo <= port && port <= p.Hi }
+
+func (p PortRange) String() string {
+	if p.Lo == p.Hi {
+		return strconv.Itoa(int(p.Lo))
+	}
+	return strconv.Itoa(int(p.Lo)) + "-" + strconv.Itoa(int(p.Hi))
+}
 
 // Spec is what the compiler needs of a rules file.
 type Spec struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 
@@ -125,7 +126,7 @@ func openIn(tb testing.TB, ns *lab.NS) (*Diag, *NetStat) {
 }
 
 // waitQueues polls AcceptQueue until it returns want or the time is up.
-func waitQueues(t *testing.T, d *Diag, ranges []PortRange, want []ListenQueue) {
+func waitQueues(t *testing.T, d *Diag, ranges []dataplane.PortRange, want []ListenQueue) {
 	t.Helper()
 	var got []ListenQueue
 	var err error
@@ -159,19 +160,19 @@ func TestAcceptQueueLab(t *testing.T) {
 	if err := dial(t, l.Client, netip.AddrPortFrom(l.ServerIP4, 8090), 2*time.Second); err != nil {
 		t.Fatalf("dial dual-stack listener over IPv4: %v", err)
 	}
-	waitQueues(t, d, []PortRange{Port(8090)}, []ListenQueue{{Port(8090), 1, 1, backlog}})
+	waitQueues(t, d, []dataplane.PortRange{dataplane.Port(8090)}, []ListenQueue{{dataplane.Port(8090), 1, 1, backlog}})
 
-	p8080, p8081, both, none := Port(8080), Port(8081), PortRange{8000, 8089}, PortRange{1, 8079}
-	ranges := []PortRange{p8080, p8081, both, none}
+	p8080, p8081, both, none := dataplane.Port(8080), dataplane.Port(8081), dataplane.PortRange{Lo: 8000, Hi: 8089}, dataplane.PortRange{Lo: 1, Hi: 8079}
+	ranges := []dataplane.PortRange{p8080, p8081, both, none}
 	waitQueues(t, d, ranges, []ListenQueue{
 		{p8080, 2, 0, 2 * backlog}, {p8081, 1, 0, 16}, {both, 3, 0, 2*backlog + 16}, {none, 0, 0, 0},
 	})
 
 	// The kernel applies the filter: only matching sockets come back.
 	for _, tc := range []struct {
-		ranges []PortRange
+		ranges []dataplane.PortRange
 		want   int
-	}{{[]PortRange{p8081}, 1}, {[]PortRange{none}, 0}, {[]PortRange{none, p8080}, 2}, {[]PortRange{both}, 3}} {
+	}{{[]dataplane.PortRange{p8081}, 1}, {[]dataplane.PortRange{none}, 0}, {[]dataplane.PortRange{none, p8080}, 2}, {[]dataplane.PortRange{both}, 3}} {
 		var ports []uint16
 		err := d.query(context.Background(), tc.ranges, 1<<tcpListen, func(_ uint8, port uint16, _, _ uint32) {
 			ports = append(ports, port)
@@ -204,11 +205,11 @@ func TestAcceptQueueLab(t *testing.T) {
 	if err := dial(t, l.Client, v4, 2*time.Second); err != nil {
 		t.Fatalf("dial %s: %v", v4, err)
 	}
-	waitQueues(t, d, []PortRange{p8080}, []ListenQueue{{p8080, 2, 6, 2 * backlog}})
+	waitQueues(t, d, []dataplane.PortRange{p8080}, []ListenQueue{{p8080, 2, 6, 2 * backlog}})
 	if err := dial(t, l.Client, v4, 300*time.Millisecond); err == nil {
 		t.Fatalf("dial %s succeeded with its accept queue full", v4)
 	}
-	waitQueues(t, d, []PortRange{p8080}, []ListenQueue{{p8080, 2, 6, 2 * backlog}})
+	waitQueues(t, d, []dataplane.PortRange{p8080}, []ListenQueue{{p8080, 2, 6, 2 * backlog}})
 
 	after, err := ns.Read()
 	if err != nil {
@@ -224,7 +225,7 @@ func TestAcceptQueueLab(t *testing.T) {
 
 	// Established counts: the queued connections are ESTABLISHED server
 	// sockets with the listener's port; the client ends are elsewhere.
-	cc, err := d.Connections(context.Background(), []PortRange{p8080, p8081, none})
+	cc, err := d.Connections(context.Background(), []dataplane.PortRange{p8080, p8081, none})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,14 +237,14 @@ func TestAcceptQueueLab(t *testing.T) {
 	const calls = 1000
 	start := time.Now()
 	for range calls {
-		if _, err := d.AcceptQueue(context.Background(), []PortRange{p8080}); err != nil {
+		if _, err := d.AcceptQueue(context.Background(), []dataplane.PortRange{p8080}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	aq := time.Since(start) / calls
 	start = time.Now()
 	for range calls / 10 {
-		if _, err := d.Connections(context.Background(), []PortRange{p8080}); err != nil {
+		if _, err := d.Connections(context.Background(), []dataplane.PortRange{p8080}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -276,11 +277,11 @@ func TestConnectionsSynRecv(t *testing.T) {
 		}
 	}
 	// Random sources may repeat (same 4-tuple, one request socket).
-	p9000, p9001 := Port(9000), Port(9001)
+	p9000, p9001 := dataplane.Port(9000), dataplane.Port(9001)
 	var cc []ConnCount
 	var err error
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		cc, err = d.Connections(context.Background(), []PortRange{p9000, p9001})
+		cc, err = d.Connections(context.Background(), []dataplane.PortRange{p9000, p9001})
 		if err == nil && cc[0].SynRecv >= 2*n-2 {
 			break
 		}
@@ -288,7 +289,7 @@ func TestConnectionsSynRecv(t *testing.T) {
 	if err != nil || cc[0].SynRecv < 2*n-2 || cc[0].SynRecv > 2*n || cc[0].Established != 0 || cc[1] != (ConnCount{p9001, 0, 0}) {
 		t.Fatalf("Connections = %+v, %v; want about %d SYN_RECV on 9000 and nothing on 9001", cc, err, 2*n)
 	}
-	q, err := d.AcceptQueue(context.Background(), []PortRange{p9000})
+	q, err := d.AcceptQueue(context.Background(), []dataplane.PortRange{p9000})
 	if err != nil || q[0] != (ListenQueue{p9000, 2, 0, 256}) {
 		t.Errorf("AcceptQueue = %+v, %v; want 2 listeners with empty queues", q, err)
 	}
@@ -430,7 +431,7 @@ func busyDiag(b *testing.B) *Diag {
 // sockets on other ports in the namespace.
 func BenchmarkAcceptQueue(b *testing.B) {
 	d := busyDiag(b)
-	ranges := []PortRange{Port(8080)}
+	ranges := []dataplane.PortRange{dataplane.Port(8080)}
 	for b.Loop() {
 		q, err := d.AcceptQueue(context.Background(), ranges)
 		if err != nil || q[0].Queued != 3 {
@@ -468,8 +469,8 @@ func TestDiagAbandonedDump(t *testing.T) {
 		t.Fatalf("first datagram of a 2000-socket dump: done %v, %v", done, err)
 	}
 	for range 3 {
-		q, err := d.AcceptQueue(context.Background(), []PortRange{Port(8080)})
-		if err != nil || q[0] != (ListenQueue{Port(8080), 1, 3, 16}) {
+		q, err := d.AcceptQueue(context.Background(), []dataplane.PortRange{dataplane.Port(8080)})
+		if err != nil || q[0] != (ListenQueue{dataplane.Port(8080), 1, 3, 16}) {
 			t.Fatalf("AcceptQueue after an abandoned dump = %+v, %v", q, err)
 		}
 	}
@@ -481,7 +482,7 @@ func TestDiagAbandonedDump(t *testing.T) {
 // BenchmarkConnections: SYN_RECV and ESTABLISHED of one port, same host.
 func BenchmarkConnections(b *testing.B) {
 	d := busyDiag(b)
-	ranges := []PortRange{Port(8080)}
+	ranges := []dataplane.PortRange{dataplane.Port(8080)}
 	for b.Loop() {
 		c, err := d.Connections(context.Background(), ranges)
 		if err != nil || c[0].Established != 3 {

@@ -10,33 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xlimit/xlimit/userspace/dataplane"
 	"golang.org/x/sys/unix"
 )
-
-// PortRange is an inclusive range of local ports; a single port has
-// First == Last.
-type PortRange struct {
-	First, Last uint16
-}
-
-// Port returns the range holding only p.
-func Port(p uint16) PortRange { return PortRange{p, p} }
-
-// Contains reports whether p lies in r.
-func (r PortRange) Contains(p uint16) bool { return p >= r.First && p <= r.Last }
-
-func (r PortRange) String() string {
-	if r.First == r.Last {
-		return fmt.Sprint(r.First)
-	}
-	return fmt.Sprintf("%d-%d", r.First, r.Last)
-}
 
 // ListenQueue is the accept-queue state of the LISTEN sockets whose local
 // port lies in Ports, IPv4 and IPv6 together (a dual-stack [::] listener is
 // an IPv6 socket and counted once).
 type ListenQueue struct {
-	Ports PortRange
+	Ports dataplane.PortRange
 	// Listeners is the number of LISTEN sockets found (several with
 	// SO_REUSEPORT or per address).
 	Listeners int
@@ -54,7 +36,7 @@ type ListenQueue struct {
 // ConnCount counts the connections of the local ports in Ports, IPv4 and
 // IPv6 together.
 type ConnCount struct {
-	Ports PortRange
+	Ports dataplane.PortRange
 	// SynRecv counts handshakes in progress (request sockets, which the
 	// kernel reports in state SYN_RECV). Connections answered with SYN
 	// cookies have no request socket and are not counted.
@@ -164,7 +146,7 @@ func (d *Diag) Close() error {
 // the matching sockets. A listener whose port lies in several ranges counts
 // in each. The call takes at most until ctx's deadline or
 // DefaultDiagTimeout, whichever is earlier.
-func (d *Diag) AcceptQueue(ctx context.Context, ranges []PortRange) ([]ListenQueue, error) {
+func (d *Diag) AcceptQueue(ctx context.Context, ranges []dataplane.PortRange) ([]ListenQueue, error) {
 	out := make([]ListenQueue, len(ranges))
 	for i, r := range ranges {
 		out[i].Ports = r
@@ -193,7 +175,7 @@ func (d *Diag) AcceptQueue(ctx context.Context, ranges []PortRange) ([]ListenQue
 // whole established hash table (every bucket, skipping empty ones), so its
 // cost grows with the table size and the number of connections on the host,
 // whichever ports they use; see the package benchmarks.
-func (d *Diag) Connections(ctx context.Context, ranges []PortRange) ([]ConnCount, error) {
+func (d *Diag) Connections(ctx context.Context, ranges []dataplane.PortRange) ([]ConnCount, error) {
 	out := make([]ConnCount, len(ranges))
 	for i, r := range ranges {
 		out[i].Ports = r
@@ -223,7 +205,7 @@ type diagFunc func(state uint8, port uint16, rq, wq uint32)
 
 // query dumps the TCP sockets in states whose local port lies in one of
 // ranges, IPv4 then IPv6.
-func (d *Diag) query(ctx context.Context, ranges []PortRange, states uint32, fn diagFunc) error {
+func (d *Diag) query(ctx context.Context, ranges []dataplane.PortRange, states uint32, fn diagFunc) error {
 	if len(ranges) == 0 {
 		return nil
 	}
@@ -258,7 +240,7 @@ func (d *Diag) query(ctx context.Context, ranges []PortRange, states uint32, fn 
 //
 // and the last range has no JMP: its no targets are end+4, reject. This is
 // the shape iproute2's ss compiles "a or b" into.
-func portFilter(ranges []PortRange) ([]byte, error) {
+func portFilter(ranges []dataplane.PortRange) ([]byte, error) {
 	if len(ranges) > MaxPortRanges {
 		return nil, fmt.Errorf("compile port filter: %d ranges, at most %d", len(ranges), MaxPortRanges)
 	}
@@ -270,16 +252,16 @@ func portFilter(ranges []PortRange) ([]byte, error) {
 	}
 	off := 0
 	for i, r := range ranges {
-		if r.First > r.Last {
-			return nil, fmt.Errorf("compile port filter: empty range %d-%d", r.First, r.Last)
+		if r.Lo > r.Hi {
+			return nil, fmt.Errorf("compile port filter: empty range %d-%d", r.Lo, r.Hi)
 		}
 		// Both no offsets land at the next range's start, which for the
 		// last range is end+4.
 		next := sizeofRangeFilter + sizeofJmp
 		op(off, inetDiagBcSGe, 8, uint16(next))
-		op(off+4, 0, 0, r.First)
+		op(off+4, 0, 0, r.Lo)
 		op(off+8, inetDiagBcSLe, 8, uint16(next-8))
-		op(off+12, 0, 0, r.Last)
+		op(off+12, 0, 0, r.Hi)
 		off += sizeofRangeFilter
 		if i < len(ranges)-1 {
 			rest := n - off - sizeofJmp // bytes after the JMP

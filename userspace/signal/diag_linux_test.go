@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/xlimit/xlimit/userspace/dataplane"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,7 +106,7 @@ func runBytecode(bc []byte, sport uint16) bool {
 }
 
 func TestPortFilterGolden(t *testing.T) {
-	bc, err := portFilter([]PortRange{Port(80)})
+	bc, err := portFilter([]dataplane.PortRange{dataplane.Port(80)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestPortFilterGolden(t *testing.T) {
 		t.Errorf("one port: % x, want % x", bc, want)
 	}
 
-	bc, err = portFilter([]PortRange{{8000, 8099}, Port(443)})
+	bc, err = portFilter([]dataplane.PortRange{{Lo: 8000, Hi: 8099}, dataplane.Port(443)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +147,13 @@ func TestPortFilterSemantics(t *testing.T) {
 		if trial == 0 {
 			n = MaxPortRanges
 		}
-		ranges := make([]PortRange, n)
+		ranges := make([]dataplane.PortRange, n)
 		for i := range ranges {
 			a, b := uint16(rng.IntN(65536)), uint16(rng.IntN(65536))
 			if rng.IntN(3) == 0 {
 				b = a
 			}
-			ranges[i] = PortRange{min(a, b), max(a, b)}
+			ranges[i] = dataplane.PortRange{Lo: min(a, b), Hi: max(a, b)}
 		}
 		bc, err := portFilter(ranges)
 		if err != nil {
@@ -163,7 +164,7 @@ func TestPortFilterSemantics(t *testing.T) {
 		}
 		probe := []uint16{0, 65535}
 		for _, r := range ranges {
-			probe = append(probe, r.First, r.Last, r.First-1, r.Last+1)
+			probe = append(probe, r.Lo, r.Hi, r.Lo-1, r.Hi+1)
 		}
 		for range 50 {
 			probe = append(probe, uint16(rng.IntN(65536)))
@@ -178,10 +179,10 @@ func TestPortFilterSemantics(t *testing.T) {
 			}
 		}
 	}
-	if _, err := portFilter(make([]PortRange, MaxPortRanges+1)); err == nil {
+	if _, err := portFilter(make([]dataplane.PortRange, MaxPortRanges+1)); err == nil {
 		t.Error("portFilter accepted too many ranges")
 	}
-	if _, err := portFilter([]PortRange{{10, 9}}); err == nil {
+	if _, err := portFilter([]dataplane.PortRange{{Lo: 10, Hi: 9}}); err == nil {
 		t.Error("portFilter accepted an empty range")
 	}
 }
@@ -266,13 +267,13 @@ func TestDiagNoRanges(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := d.AcceptQueue(ctx, []PortRange{Port(1)}); !errors.Is(err, context.Canceled) {
+	if _, err := d.AcceptQueue(ctx, []dataplane.PortRange{dataplane.Port(1)}); !errors.Is(err, context.Canceled) {
 		t.Errorf("AcceptQueue with a cancelled context: %v", err)
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.AcceptQueue(context.Background(), []PortRange{Port(1)}); err == nil {
+	if _, err := d.AcceptQueue(context.Background(), []dataplane.PortRange{dataplane.Port(1)}); err == nil {
 		t.Error("AcceptQueue after Close succeeded")
 	}
 }

@@ -9,13 +9,12 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/xlimit/xlimit/userspace/config"
-	"github.com/xlimit/xlimit/userspace/control"
 )
 
 // Sampler feeds adaptive rules with signals read without changing the
 // protected services: the accept queue of their ports (sock_diag), the
 // host's listen overflows as the error rate, and the host's CPU usage. It
-// implements control.Sampler. It reads in the network namespace of the
+// is the Host of a Reader. It reads in the network namespace of the
 // thread that created it, and is used from one goroutine (the loop's).
 type Sampler struct {
 	diag    *Diag
@@ -115,11 +114,11 @@ func (s *Sampler) CPUPressure() (float64, bool) {
 	return s.pressure.Avg10, s.pressure.Available
 }
 
-// Sample implements control.Sampler.
-func (s *Sampler) Sample(rule *control.RuleSpec, used float64) control.Signals {
+// Sample returns the host's signals of the rule's service this tick.
+func (s *Sampler) Sample(rule *Rule, used float64) Signals {
 	now := s.clock()
 	s.host(now)
-	sig := control.Signals{
+	sig := Signals{
 		UsedRate:     used,
 		CPU:          s.cpuUsage,
 		CPUStale:     !s.cpuFresh,
@@ -127,16 +126,12 @@ func (s *Sampler) Sample(rule *control.RuleSpec, used float64) control.Signals {
 		ErrorsStale:  !s.errFresh,
 		LatencyStale: true,
 	}
-	if rule.Adaptive == nil || rule.Adaptive.Signal != config.SignalAcceptQueue || len(rule.Ports) == 0 {
+	if rule.Signal != config.SignalAcceptQueue || len(rule.Ports) == 0 {
 		return sig
-	}
-	ranges := make([]PortRange, 0, len(rule.Ports))
-	for _, p := range rule.Ports {
-		ranges = append(ranges, PortRange{First: p.Lo, Last: p.Hi})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	queues, err := s.diag.AcceptQueue(ctx, ranges)
+	queues, err := s.diag.AcceptQueue(ctx, rule.Ports)
 	if err != nil {
 		return sig
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 
@@ -76,7 +76,7 @@ func burst(t *testing.T, l *lab.Lab, port uint16, n int, quiet time.Duration) []
 func TestQueuePacesBurst(t *testing.T) {
 	l, m := newLab(t)
 	const port = 7000
-	spec := Spec{Queues: []Queue{{Rule: "paced", Protocol: config.ProtoUDP, Ports: []config.PortRange{{Lo: port, Hi: port}},
+	spec := Spec{Queues: []Queue{{Rule: "paced", Protocol: UDP, Ports: []dataplane.PortRange{{Lo: port, Hi: port}},
 		Rate: 100, MaxQueue: 300 * time.Millisecond}}}
 	if err := m.Apply(l.ServerIf, spec); err != nil {
 		t.Fatalf("apply: %v", err)
@@ -121,9 +121,9 @@ func TestQueueReconcile(t *testing.T) {
 	spec := Spec{
 		Allow: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8::/32")},
 		Queues: []Queue{
-			{Rule: "a", Protocol: config.ProtoAny, Ports: []config.PortRange{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8100}},
+			{Rule: "a", Protocol: Any, Ports: []dataplane.PortRange{{Lo: 80, Hi: 80}, {Lo: 8000, Hi: 8100}},
 				Rate: 1000, MaxQueue: 800 * time.Millisecond},
-			{Rule: "b", Protocol: config.ProtoUDP, Sources: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")},
+			{Rule: "b", Protocol: UDP, Sources: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")},
 				Bytes: true, Rate: 1e6, MaxQueue: 100 * time.Millisecond},
 		},
 	}
@@ -179,7 +179,7 @@ func TestQueueReconcile(t *testing.T) {
 	}
 	// Rule b goes, a's ports change.
 	spec.Queues = spec.Queues[:1]
-	spec.Queues[0].Ports = []config.PortRange{{Lo: 443, Hi: 443}}
+	spec.Queues[0].Ports = []dataplane.PortRange{{Lo: 443, Hi: 443}}
 	if err := m.Apply(l.ServerIf, spec); err != nil {
 		t.Fatalf("apply without b: %v", err)
 	}

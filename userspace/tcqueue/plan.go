@@ -28,7 +28,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
 const (
@@ -60,11 +60,21 @@ const (
 	RootHandle = 0x00010000
 )
 
+// Protocol is what a queue takes: TCP, UDP, or Any (TCP and UDP, with
+// ports).
+type Protocol string
+
+const (
+	TCP Protocol = "tcp"
+	UDP Protocol = "udp"
+	Any Protocol = "any"
+)
+
 // Queue is one rule to queue on an interface.
 type Queue struct {
 	Rule     string
-	Protocol config.Protocol // tcp, udp, or any with ports (tcp and udp)
-	Ports    []config.PortRange
+	Protocol Protocol
+	Ports    []dataplane.PortRange
 	Sources  []netip.Prefix
 	SynOnly  bool
 	Bytes    bool
@@ -76,32 +86,6 @@ type Queue struct {
 type Spec struct {
 	Allow  []netip.Prefix // allowlisted sources bypass every queue
 	Queues []Queue
-}
-
-// FromConfig returns the queues a rules file asks for: paced and
-// warm_up_paced rules with queue: kernel, at their static rate. Shadow
-// rules are not queued (shadow mode drops nothing).
-func FromConfig(cfg *config.Config) Spec {
-	var s Spec
-	for i := range cfg.Rules {
-		r := &cfg.Rules[i]
-		if !Queued(r) {
-			continue
-		}
-		s.Queues = append(s.Queues, Queue{
-			Rule: r.Name, Protocol: r.Protocol, Ports: r.MergedPorts(), Sources: r.Sources, SynOnly: r.SynOnly,
-			Bytes: r.Unit == config.UnitBytes, Rate: r.Rate, MaxQueue: r.Paced.MaxQueueingTime,
-		})
-	}
-	if len(s.Queues) > 0 {
-		s.Allow = cfg.Allow
-	}
-	return s
-}
-
-// Queued reports whether r gets a kernel queue.
-func Queued(r *config.Rule) bool {
-	return r.Behavior.IsPaced() && r.Paced != nil && r.Paced.Queue == config.QueueKernel && !r.Shadow
 }
 
 // IFBName is the IFB device of a rule on an interface: "xlq" and 8 hex
@@ -147,7 +131,7 @@ func ShapeFor(rate float64, bytes bool, maxQueue time.Duration, frame uint32) (S
 	}
 	held := rate * maxQueue.Seconds()
 	if bytes {
-		frame = max(frame, config.MinByteBurst)
+		frame = max(frame, dataplane.FullFrame)
 		rb := math.Round(rate)
 		if rb < 1 || rb > math.MaxUint64/2 {
 			return Shape{}, fmt.Errorf("shape queue: byte rate %g out of range", rate)
@@ -243,11 +227,11 @@ func Filters(iface string, s Spec) ([]Filter, error) {
 	for _, q := range s.Queues {
 		var protos []uint8
 		switch q.Protocol {
-		case config.ProtoTCP:
+		case TCP:
 			protos = []uint8{ipTCP}
-		case config.ProtoUDP:
+		case UDP:
 			protos = []uint8{ipUDP}
-		case config.ProtoAny:
+		case Any:
 			if len(q.Ports) == 0 {
 				return nil, fmt.Errorf("rule %s: queue: kernel with protocol any needs ports", q.Rule)
 			}

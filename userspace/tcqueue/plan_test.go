@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
 func TestShapeFor(t *testing.T) {
@@ -76,8 +76,8 @@ func TestFilters(t *testing.T) {
 	spec := Spec{
 		Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 		Queues: []Queue{
-			{Rule: "web", Protocol: config.ProtoTCP, SynOnly: true, Ports: []config.PortRange{{Lo: 443, Hi: 443}}, Rate: 100, MaxQueue: time.Second},
-			{Rule: "dns", Protocol: config.ProtoAny, Ports: []config.PortRange{{Lo: 53, Hi: 53}},
+			{Rule: "web", Protocol: TCP, SynOnly: true, Ports: []dataplane.PortRange{{Lo: 443, Hi: 443}}, Rate: 100, MaxQueue: time.Second},
+			{Rule: "dns", Protocol: Any, Ports: []dataplane.PortRange{{Lo: 53, Hi: 53}},
 				Sources: []netip.Prefix{netip.MustParsePrefix("2001:db8::/48")}, Rate: 100, MaxQueue: time.Second},
 		},
 	}
@@ -109,7 +109,7 @@ func TestFilters(t *testing.T) {
 		t.Errorf("IFB names %q %q", web, dns)
 	}
 	// Too many filters: every port of a wide range, many sources.
-	big := Spec{Queues: []Queue{{Rule: "x", Protocol: config.ProtoAny, Ports: []config.PortRange{{Lo: 1, Hi: 65534}},
+	big := Spec{Queues: []Queue{{Rule: "x", Protocol: Any, Ports: []dataplane.PortRange{{Lo: 1, Hi: 65534}},
 		Sources: make([]netip.Prefix, 20), Rate: 10, MaxQueue: time.Second}}}
 	for i := range big.Queues[0].Sources {
 		big.Queues[0].Sources[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16)

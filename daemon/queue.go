@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/metrics"
 	"github.com/xlimit/xlimit/userspace/tcqueue"
@@ -23,25 +22,24 @@ type kernelQueues struct {
 	static map[string]float64 // queued rule → its static rate
 }
 
-// planQueues checks that the queues of cfg can be built on every interface,
+// planQueues checks that the queues of s can be built on every interface,
 // before anything is written: a rules file whose filters cannot be made is
 // refused like any other invalid file.
-func (d *daemon) planQueues(cfg *config.Config) error {
-	spec := tcqueue.FromConfig(cfg)
+func (d *daemon) planQueues(s *Specs) error {
 	for _, a := range d.attach {
-		if _, err := tcqueue.Filters(a.Iface, spec); err != nil {
+		if _, err := tcqueue.Filters(a.Iface, s.Queues); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// applyQueues reconciles the kernel queues with cfg on every interface,
+// applyQueues reconciles the kernel queues with s on every interface,
 // after the maps are written. A failure is logged and leaves the XDP
 // ceiling (rate × max_queueing_time + 1) as the rule's only limit.
-func (d *daemon) applyQueues(cfg *config.Config) {
+func (d *daemon) applyQueues(s *Specs) {
 	q := &d.queues
-	spec := tcqueue.FromConfig(cfg)
+	spec := s.Queues
 	if q.mgr == nil {
 		m, err := tcqueue.Open(netns.None())
 		if err != nil {
@@ -111,7 +109,7 @@ func (d *daemon) closeQueues() error {
 	}
 	var errs []error
 	for _, a := range d.attach {
-		if d.flags.detachOnExit {
+		if d.opts.DetachOnExit {
 			errs = append(errs, q.mgr.Remove(a.Iface))
 			continue
 		}
@@ -126,9 +124,9 @@ func (d *daemon) closeQueues() error {
 	return errors.Join(errs...)
 }
 
-// removeQueues takes xlimit's kernel queues off an interface (xlimit
+// RemoveQueues takes xlimit's kernel queues off an interface (xlimit
 // detach).
-func removeQueues(iface string) error {
+func RemoveQueues(iface string) error {
 	m, err := tcqueue.Open(netns.None())
 	if err != nil {
 		return err

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"context"
@@ -26,7 +26,7 @@ type metricsServer struct {
 }
 
 func startMetrics(addr string, d *daemon) (*metricsServer, error) {
-	c := metrics.NewCollector(d.metricTargets, monotonicNS)
+	c := metrics.NewCollector(d.metricTargets, d.opts.Monotonic)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
@@ -82,15 +82,11 @@ func (d *daemon) metricTargets() []metrics.Target {
 	return ts
 }
 
-// monotonicNS reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
-func monotonicNS() uint64 {
+// MonotonicNS reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
+func MonotonicNS() uint64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0
 	}
 	return uint64(ts.Nano())
-}
-
-func netDialUnixgram(addr string) (net.Conn, error) {
-	return net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
 }

@@ -1,19 +1,15 @@
 //go:build linux
 
-package main
+package signal
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/xlimit/xlimit/userspace/control"
-	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
-// breakerOutcomes tells each rule's circuit breaker what its service did
-// since the previous tick (control.OutcomeSource); docs/control.md,
+// OutcomeReader tells each rule's circuit breaker what its service did
+// since the previous tick (the control loop's OutcomeSource); docs/control.md,
 // "Circuit breaker", defines what counts:
 //
 //   - new connections, from the kernel counters of the daemon's network
@@ -33,25 +29,26 @@ import (
 //
 // The loop calls it from one goroutine; the counters are read once per
 // tick and shared by the rules.
-type breakerOutcomes struct {
-	netstat *xsignal.NetStat // nil: the kernel counters cannot be read
-	probes  *probes
+type OutcomeReader struct {
+	netstat *NetStat // nil: the kernel counters cannot be read
+	probes  *Probes
 
 	at      time.Time // the tick whose delta is in delta
-	delta   xsignal.NetCounters
+	delta   NetCounters
 	deltaOK bool
-	prev    xsignal.NetCounters
+	prev    NetCounters
 	prevOK  bool
 
 	mu   sync.Mutex
 	seen map[string]uint64 // the last probe counted, per rule
 }
 
-// newBreakerOutcomes reads the counters of the calling thread's network
-// namespace (the daemon's, that of the protected services).
-func newBreakerOutcomes(p *probes, log *slog.Logger) *breakerOutcomes {
-	b := &breakerOutcomes{probes: p, seen: map[string]uint64{}}
-	ns, err := xsignal.OpenNetStat()
+// NewOutcomeReader reads the counters of the calling thread's network
+// namespace (the daemon's, that of the protected services) and the rules'
+// probes.
+func NewOutcomeReader(p *Probes, log *slog.Logger) *OutcomeReader {
+	b := &OutcomeReader{probes: p, seen: map[string]uint64{}}
+	ns, err := OpenNetStat()
 	if err != nil {
 		log.Warn("cannot read the TCP counters; circuit breakers see only their probes", "err", err)
 		return b
@@ -60,15 +57,18 @@ func newBreakerOutcomes(p *probes, log *slog.Logger) *breakerOutcomes {
 	return b
 }
 
-func (b *breakerOutcomes) close() {
+// Close releases the counters.
+func (b *OutcomeReader) Close() {
 	if b.netstat != nil {
 		_ = b.netstat.Close()
 	}
 }
 
-// Outcomes implements control.OutcomeSource.
-func (b *breakerOutcomes) Outcomes(rule *control.RuleSpec, admitted uint64, now time.Time) (control.Outcomes, bool) {
-	var o control.Outcomes
+// Outcomes returns what the rule's service did since the previous tick;
+// admitted is what the kernel passed of the rule meanwhile. fresh is false
+// when nothing could be read.
+func (b *OutcomeReader) Outcomes(rule *Rule, admitted uint64, now time.Time) (Outcomes, bool) {
+	var o Outcomes
 	fresh := false
 	if d, ok := b.counters(now); ok {
 		o, fresh = connOutcomes(d, rule.SynOnly && !rule.Bytes, admitted), true
@@ -76,7 +76,7 @@ func (b *breakerOutcomes) Outcomes(rule *control.RuleSpec, admitted uint64, now 
 	if b.probes == nil {
 		return o, fresh
 	}
-	pr := b.probes.get(rule.Name)
+	pr := b.probes.Get(rule.Name)
 	if pr == nil {
 		return o, fresh
 	}
@@ -98,7 +98,7 @@ func (b *breakerOutcomes) Outcomes(rule *control.RuleSpec, admitted uint64, now 
 		o.Errors++
 	default:
 		o.Timed++
-		if rule.CircuitBreaker != nil && rule.CircuitBreaker.SlowLatency > 0 && res.Latency > rule.CircuitBreaker.SlowLatency {
+		if rule.SlowLatency > 0 && res.Latency > rule.SlowLatency {
 			o.Slow++
 		}
 	}
@@ -107,9 +107,9 @@ func (b *breakerOutcomes) Outcomes(rule *control.RuleSpec, admitted uint64, now 
 
 // counters returns the increase of the namespace's TCP counters over the
 // last tick, read once per tick.
-func (b *breakerOutcomes) counters(now time.Time) (xsignal.NetCounters, bool) {
+func (b *OutcomeReader) counters(now time.Time) (NetCounters, bool) {
 	if b.netstat == nil {
-		return xsignal.NetCounters{}, false
+		return NetCounters{}, false
 	}
 	if now.Equal(b.at) {
 		return b.delta, b.deltaOK
@@ -118,7 +118,7 @@ func (b *breakerOutcomes) counters(now time.Time) (xsignal.NetCounters, bool) {
 	cur, err := b.netstat.Read()
 	if err != nil {
 		b.prevOK = false
-		return xsignal.NetCounters{}, false
+		return NetCounters{}, false
 	}
 	if b.prevOK {
 		b.delta, b.deltaOK = cur.Sub(b.prev)
@@ -133,25 +133,12 @@ func (b *breakerOutcomes) counters(now time.Time) (xsignal.NetCounters, bool) {
 // requests are at least the failures. perRule: the rule admitted exactly
 // admitted new connections (a syn_only packet rule); they are the requests
 // and at most that many of the namespace's failures are the rule's.
-func connOutcomes(d xsignal.NetCounters, perRule bool, admitted uint64) control.Outcomes {
+func connOutcomes(d NetCounters, perRule bool, admitted uint64) Outcomes {
 	failed := d.ListenOverflows + d.OutRsts
 	reqs := max(d.PassiveOpens+d.ListenOverflows, failed)
 	if perRule {
 		reqs, failed = admitted, min(failed, admitted)
 	}
 	const most = 1 << 30 // far beyond any tick's connections; keeps int safe
-	return control.Outcomes{Requests: int(min(reqs, most)), Errors: int(min(failed, most))}
-}
-
-// logBreakers logs every breaker's change of state.
-func (d *daemon) logBreakers(rep control.TickReport) {
-	for _, r := range rep.Rules {
-		if t := r.Transition; t != nil {
-			level := slog.LevelWarn
-			if t.To == control.BreakerClosed {
-				level = slog.LevelInfo
-			}
-			d.log.Log(context.Background(), level, "circuit breaker", "rule", r.Name, "from", t.From.String(), "to", t.To.String(), "reason", t.Reason)
-		}
-	}
+	return Outcomes{Requests: int(min(reqs, most)), Errors: int(min(failed, most))}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/api"
-	"github.com/xlimit/xlimit/userspace/config"
+	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
 // applyReq carries a PUT /v1/rules to the loop goroutine.
@@ -18,10 +18,10 @@ type applyReq struct {
 }
 
 // setRules records the rules text in force and where it came from.
-func (d *daemon) setRules(text []byte, source string, cfg *config.Config) {
-	names := make(map[string]bool, len(cfg.Rules))
-	for i := range cfg.Rules {
-		names[cfg.Rules[i].Name] = true
+func (d *daemon) setRules(text []byte, source string, s *Specs) {
+	names := make(map[string]bool, len(s.Dataplane.Rules))
+	for _, r := range s.Dataplane.Rules {
+		names[r.Name] = true
 	}
 	d.rulesMu.Lock()
 	d.rulesText, d.rulesSource, d.ruleNames = text, source, names
@@ -35,7 +35,7 @@ func (d *daemon) Status() (api.StatusReport, error) {
 	attach := d.attach
 	d.mu.Unlock()
 	for _, a := range attach {
-		st, err := readStatus(d.flags.bpffs, a.Iface)
+		st, err := ReadStatus(d.opts.BPFFS, a.Iface)
 		if err != nil {
 			return rep, err
 		}
@@ -61,7 +61,12 @@ func (d *daemon) RuleExists(name string) bool {
 // Feedback implements api.Daemon: a service's own queueing delay and
 // error counts for a rule steered by `signal: feedback`.
 func (d *daemon) Feedback(f api.Feedback) error {
-	return d.feedback.put(f, time.Now())
+	delay := time.Duration(f.QueueingDelayMS * float64(time.Millisecond))
+	err := d.feedback.Put(f.Rule, delay, f.Errors, f.Requests, time.Now())
+	if errors.Is(err, xsignal.ErrNotSteered) {
+		return fmt.Errorf("%w: %w", api.ErrRejected, err)
+	}
+	return err
 }
 
 // ApplyRules implements api.Daemon: the loop goroutine applies.
@@ -73,26 +78,4 @@ func (d *daemon) ApplyRules(text []byte) error {
 		return errors.New("the daemon is stopping")
 	}
 	return <-req.done
-}
-
-// applyAPI runs on the loop goroutine.
-func (d *daemon) applyAPI(text []byte) error {
-	cfg, err := config.Parse("api", text)
-	if err != nil {
-		return err
-	}
-	if err := d.apply(cfg); err != nil {
-		d.metrics.reload("failure")
-		d.log.Error("rules from the API rejected; the running rules stay in force", "err", err)
-		return fmt.Errorf("%w: %w", api.ErrRejected, err)
-	}
-	if err := api.SaveRules(d.flags.stateDir, text); err != nil {
-		d.log.Warn("rules from the API are in force but not kept for a restart", "err", err)
-	}
-	d.saveLastGood(text)
-	d.setRules(text, "api", cfg)
-	d.metrics.reload("success")
-	d.warn(cfg)
-	d.log.Info("reloaded from the API", "rules", len(cfg.Rules), "at", time.Now().Format(time.RFC3339))
-	return nil
 }

@@ -1,26 +1,25 @@
 //go:build linux
 
-package main
+package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/api"
-	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/durable"
 	"github.com/xlimit/xlimit/userspace/metrics"
 	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
-// ruleSource is the daemon's side of --rules-source: the rules come from a
+// ruleSource is the daemon's side of a rules source: the rules come from a
 // Redis key (userspace/rulesource), every accepted document is kept as the
 // last good rules, and the daemon starts from that snapshot when Redis does
 // not answer.
@@ -29,14 +28,13 @@ type ruleSource struct {
 	store   *rulesource.Redis
 	src     *rulesource.Source
 	seed    rulesource.Document // the document in force at start
-	fresh   bool                // seed was read from the store at start
 	invalid int                 // documents rejected at start, before metrics existed
 	version atomic.Int64        // version of the source's document in force; -1 unknown
 }
 
 // sourceMetaFile sits beside last-good.yaml: which source and version the
 // snapshot is. It counts only while its SHA-256 matches the snapshot (a run
-// without --rules-source may have replaced the snapshot since).
+// without a rules source may have replaced the snapshot since).
 const sourceMetaFile = "last-good.source.json"
 
 type sourceMeta struct {
@@ -45,16 +43,13 @@ type sourceMeta struct {
 	SHA256  string `json:"sha256"`
 }
 
-// startupRules returns the rules to start with: from the rules file as
-// loadStartupConfig does, or, with --rules-source, from the store, else the
-// local snapshot, else the --config file (bootstrap rules).
-func (d *daemon) startupRules(ctx context.Context) (*config.Config, []byte, error) {
-	if d.flags.rulesSource == "" {
-		return d.loadStartupConfig()
-	}
-	o, err := rulesource.ParseURL(d.flags.rulesSource)
+// startupFromSource returns the rules to start with under a rules source:
+// the store's document, else the local snapshot, else the --config file
+// (bootstrap rules).
+func (d *daemon) startupFromSource(ctx context.Context) (*prepared, error) {
+	o, err := rulesource.ParseURL(d.opts.RulesSource)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: --rules-source: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: --rules-source: %v", ErrUsage, err)
 	}
 	rulesource.SetClientLogger(d.log)
 	s := &ruleSource{opts: o, store: rulesource.Open(o)}
@@ -70,13 +65,13 @@ func (d *daemon) startupRules(ctx context.Context) (*config.Config, []byte, erro
 	case !ok:
 		d.log.Warn("the rules source holds no rules yet; push them with 'xlimit rules push'", "source", o, "key", o.Key)
 	default:
-		cfg, err := config.Parse(s.docName(doc), doc.Text)
+		p, err := prepare(document{origin: FromSource, name: s.docName(doc), label: s.describe(doc), text: doc.Text, src: doc})
 		if err == nil {
 			d.log.Info("rules from the rules source", "source", o, "version", doc.Version)
-			s.seed, s.fresh = doc, true
-			s.version.Store(doc.Version)
-			d.rulesSource = s.describe(doc)
-			return cfg, doc.Text, nil
+			// Seeded with its version: the store's first answer is this
+			// document and needs no apply.
+			s.seed = doc
+			return p, nil
 		}
 		s.invalid++
 		d.log.Error("the rules source's document is invalid; it is not applied", "source", o, "version", doc.Version, "err", err)
@@ -84,37 +79,31 @@ func (d *daemon) startupRules(ctx context.Context) (*config.Config, []byte, erro
 
 	text, err := os.ReadFile(d.lastGoodPath())
 	if err == nil {
-		cfg, perr := config.Parse(d.lastGoodPath(), text)
+		p, perr := prepare(document{origin: FromSnapshot, name: d.lastGoodPath(), label: d.lastGoodPath(), text: text})
 		if perr == nil {
 			// Seeded without a version: the store's first answer is handed
 			// over even when it is this very document, so that the rules
 			// are then shown as the source's.
 			s.seed = rulesource.NewDocument(text, -1)
-			s.version.Store(s.snapshotVersion(d.flags.stateDir, text))
+			s.version.Store(s.snapshotVersion(d.opts.StateDir, text))
 			d.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", d.lastGoodPath(), "version", s.version.Load())
-			d.rulesSource, d.rulesText = d.lastGoodPath(), text
-			return cfg, nil, nil
+			return p, nil
 		}
 		d.log.Error("the local snapshot of the rules is invalid", "file", d.lastGoodPath(), "err", perr)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		d.log.Error("cannot read the local snapshot of the rules", "err", err)
 	}
 
-	if d.flags.config == "" {
-		return nil, nil, fmt.Errorf("no rules to start with: the rules source %s gave none, there is no snapshot %s, and no --config", o, d.lastGoodPath())
+	if d.opts.Config == "" {
+		return nil, fmt.Errorf("no rules to start with: the rules source %s gave none, there is no snapshot %s, and no --config", o, d.lastGoodPath())
 	}
-	data, err := os.ReadFile(d.flags.config)
-	var cfg *config.Config
-	if err == nil {
-		cfg, err = config.Parse(d.flags.config, data)
-	}
+	p, err := d.prepareFile(FromBootstrap)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load the bootstrap rules: %w", err)
+		return nil, fmt.Errorf("load the bootstrap rules: %w", err)
 	}
-	d.log.Warn("RUNNING THE BOOTSTRAP RULES FILE until the rules source answers", "file", d.flags.config)
-	s.seed = rulesource.NewDocument(data, -1)
-	d.rulesSource = d.flags.config
-	return cfg, data, nil
+	d.log.Warn("RUNNING THE BOOTSTRAP RULES FILE until the rules source answers", "file", d.opts.Config)
+	s.seed = rulesource.NewDocument(p.doc.text, -1)
+	return p, nil
 }
 
 // startRulesSource follows the store from now on; the returned func stops
@@ -129,9 +118,6 @@ func (d *daemon) startRulesSource(ctx context.Context) (stop func()) {
 	}
 	for range s.invalid {
 		d.metrics.reload("failure")
-	}
-	if s.fresh {
-		s.saveMeta(d.flags.stateDir, s.seed)
 	}
 	s.src = rulesource.New(s.store, rulesource.Config{Resync: s.opts.Resync, Name: s.opts.String(), Logger: d.log})
 	s.src.Seed(s.seed)
@@ -160,54 +146,6 @@ func (d *daemon) sourceUpdates() <-chan rulesource.Document {
 	return d.src.src.Updates()
 }
 
-// applySource applies a document from the store, on the loop goroutine,
-// with the all-or-nothing of a file reload.
-func (d *daemon) applySource(doc rulesource.Document) {
-	s := d.src
-	if cur, _ := d.Rules(); bytes.Equal(cur, doc.Text) {
-		s.version.Store(doc.Version)
-		s.saveMeta(d.flags.stateDir, doc)
-		d.setRules(doc.Text, s.describe(doc), d.cfg)
-		d.log.Info("the rules source's document is the one in force", "version", doc.Version)
-		return
-	}
-	cfg, err := config.Parse(s.docName(doc), doc.Text)
-	if err == nil {
-		err = d.apply(cfg)
-	}
-	if err != nil {
-		d.metrics.reload("failure")
-		d.log.Error("rules from the rules source rejected; the running rules stay in force", "version", doc.Version, "err", err)
-		return
-	}
-	d.metrics.reload("success")
-	d.saveLastGood(doc.Text)
-	s.saveMeta(d.flags.stateDir, doc)
-	s.version.Store(doc.Version)
-	d.setRules(doc.Text, s.describe(doc), cfg)
-	d.warn(cfg)
-	d.log.Info("reloaded from the rules source", "version", doc.Version, "rules", len(cfg.Rules))
-}
-
-// onHUP re-reads the rules: the file, or the store at once.
-func (d *daemon) onHUP() {
-	if d.src != nil && d.src.src != nil {
-		d.log.Info("SIGHUP: reading the rules source now")
-		d.src.src.Refresh()
-		return
-	}
-	d.reload()
-}
-
-// applyFromAPI is PUT /v1/rules: refused while the rules come from a
-// rules source, which would overwrite them at its next change anyway.
-func (d *daemon) applyFromAPI(text []byte) error {
-	if d.src != nil {
-		return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
-	}
-	return d.applyAPI(text)
-}
-
 // docName names a document in validation errors: KEY@vVERSION:LINE: ...
 func (s *ruleSource) docName(doc rulesource.Document) string {
 	return fmt.Sprintf("%s@v%d", s.opts.Key, doc.Version)
@@ -227,11 +165,13 @@ func (s *ruleSource) state() metrics.RulesSource {
 }
 
 // saveMeta records which document the snapshot is (after saveLastGood).
-func (s *ruleSource) saveMeta(stateDir string, doc rulesource.Document) {
-	data, _ := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256})
-	path := filepath.Join(stateDir, sourceMetaFile)
-	if err := os.WriteFile(path+".tmp", data, 0o600); err == nil {
-		_ = os.Rename(path+".tmp", path)
+func (s *ruleSource) saveMeta(stateDir string, doc rulesource.Document, log *slog.Logger) {
+	data, err := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256})
+	if err == nil {
+		err = durable.WriteFile(filepath.Join(stateDir, sourceMetaFile), data, 0o600)
+	}
+	if err != nil {
+		log.Warn("cannot record the version of the rules snapshot", "err", err)
 	}
 }
 

@@ -1,0 +1,356 @@
+//go:build linux
+
+// Package daemon is xlimit's daemon (`xlimit run`): it attaches the XDP
+// program to the interfaces, applies every rules document through one path
+// (rules.go), steers the kernel's rates with the control loop every period,
+// and serves the local API and the Prometheus metrics. Its dependencies on
+// the process (clocks, systemd's notify socket, the host's signals) are
+// Options, so that it runs in-process in tests.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/control"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	xsignal "github.com/xlimit/xlimit/userspace/signal"
+	"github.com/xlimit/xlimit/userspace/watch"
+)
+
+// Options configure a daemon. Config or RulesSource is required.
+type Options struct {
+	Config          string        // rules file; with RulesSource, bootstrap rules only
+	RulesSource     string        // URL of the rules in Redis (docs/fleet.md); "" for none
+	Interfaces      []string      // interfaces to protect; empty: the rules file's
+	Mode            loader.Mode   // XDP attach mode
+	MetricsAddr     string        // Prometheus listen address; "" for none
+	APISocket       string        // local API unix socket; "" for none
+	BPFFS           string        // bpffs mount point
+	StateDir        string        // the last good rules and the API's rules
+	SourceTableSize int           // per-source LRU size; 0: the rules file's
+	Period          time.Duration // control loop period
+	FailStatic      time.Duration // how long a steered rate stays in force without a refresh
+	DetachOnExit    bool          // detach when the daemon stops
+	Logger          *slog.Logger  // nil: discard
+
+	// Dependencies; nil takes the real one.
+	Clock       control.Clock      // the loop's clock
+	Monotonic   func() uint64      // CLOCK_MONOTONIC, the clock of the kernel's deadlines
+	Notify      func(state string) // systemd's notify socket (sd_notify)
+	HostSignals func() (HostSignals, error)
+
+	stallAfter time.Duration // fault injection (faults.go): the loop hangs after this
+}
+
+// HostSignals reads the host's signals for the control loop: per rule, and
+// the host's CPU usage and pressure for system protection.
+type HostSignals interface {
+	xsignal.HostSampler
+	CPU() (usage float64, fresh bool)
+	CPUPressure() (pressure float64, available bool)
+	Close() error
+}
+
+// ErrUsage marks errors in the options (the CLI's exit status 2).
+var ErrUsage = errors.New("usage")
+
+type daemon struct {
+	opts     Options
+	log      *slog.Logger
+	specs    *Specs // in force
+	attach   []*loader.Attachment
+	metrics  *metricsServer
+	loop     *control.Loop
+	dog      watchdog
+	feedback *xsignal.Feedback
+	probes   xsignal.Probes
+	signals  loopSignals
+	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
+	src      *ruleSource            // nil without a rules source
+	queues   kernelQueues           // paced rules with queue: kernel (queue.go)
+
+	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
+	plans map[string]*dataplane.Plan
+
+	api      *api.Server
+	applyCh  chan applyReq
+	loopDone chan struct{}
+
+	rulesMu     sync.Mutex // guards the fields below against the API
+	rulesText   []byte
+	rulesSource string
+	ruleNames   map[string]bool
+}
+
+// Run runs the daemon until ctx ends. Protection stays attached when it
+// returns, unless DetachOnExit.
+func Run(ctx context.Context, o Options) error {
+	if o.Config == "" && o.RulesSource == "" {
+		return fmt.Errorf("%w: --config or --rules-source is required", ErrUsage)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = control.RealClock{}
+	}
+	if o.Monotonic == nil {
+		o.Monotonic = MonotonicNS
+	}
+	if o.Notify == nil {
+		o.Notify = sdNotify
+	}
+	if o.HostSignals == nil {
+		o.HostSignals = func() (HostSignals, error) { return xsignal.NewSampler(250 * time.Millisecond) }
+	}
+	loop, err := control.NewLoop(o.Clock, o.Monotonic, o.Period, o.FailStatic, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	d := &daemon{opts: o, log: o.Logger, loop: loop, feedback: xsignal.NewFeedback()}
+	return d.run(ctx)
+}
+
+func (d *daemon) run(ctx context.Context) (err error) {
+	start, err := d.startupRules(ctx)
+	if err != nil {
+		return err
+	}
+	ifaces := d.opts.Interfaces
+	if len(ifaces) == 0 {
+		ifaces = start.cfg.Interfaces
+	}
+	if len(ifaces) == 0 {
+		return fmt.Errorf("%w: no interfaces: give --iface or 'interfaces' in the rules file", ErrUsage)
+	}
+	d.plans = make(map[string]*dataplane.Plan)
+	defer func() {
+		err = errors.Join(err, d.close())
+	}()
+
+	// The API socket first: a second daemon refused there must fail
+	// before it touches any interface.
+	d.applyCh, d.loopDone = make(chan applyReq), make(chan struct{})
+	defer close(d.loopDone)
+	if d.opts.APISocket != "" {
+		srv, err := api.Start(d.opts.APISocket, d, d.log)
+		if err != nil {
+			return err
+		}
+		d.api = srv
+	}
+
+	// Signals are read in the daemon's network namespace, the one of the
+	// protected services.
+	defer d.probes.Close()
+	reader := &xsignal.Reader{Feedback: d.feedback, Probes: &d.probes, Now: time.Now}
+	if host, err := d.opts.HostSignals(); err != nil {
+		d.log.Warn("cannot read the host's signals; adaptive rules on them hold their rate", "err", err)
+	} else {
+		defer host.Close()
+		reader.Host = host
+		d.hostCPU = func() (float64, bool) {
+			// Overload is CPU usage, or CPU pressure where asked for and
+			// reported, whichever is the higher fraction of its threshold.
+			usage, fresh := host.CPU()
+			if s := d.specs; s != nil && s.System != nil && s.PressureHigh > 0 {
+				if p, ok := host.CPUPressure(); ok && p/s.PressureHigh > usage/s.System.CPUHigh {
+					return p / s.PressureHigh * s.System.CPUHigh, true
+				}
+			}
+			return usage, fresh
+		}
+	}
+	outcomes := xsignal.NewOutcomeReader(&d.probes, d.log)
+	defer outcomes.Close()
+	d.signals = loopSignals{reader: reader, outcomes: outcomes}
+	d.loop.SetSampler(&d.signals)
+	d.loop.SetOutcomes(&d.signals)
+
+	if err := d.attachAll(ifaces, start.cfg.SourceTableSize); err != nil {
+		return err
+	}
+	if err := d.commit(start); err != nil {
+		return err
+	}
+
+	if d.opts.MetricsAddr != "" {
+		m, err := startMetrics(d.opts.MetricsAddr, d)
+		if err != nil {
+			return err
+		}
+		d.metrics = m
+		m.collector.SetQueues(d.queueStats)
+	}
+	defer d.startRulesSource(ctx)()
+	var changes <-chan watch.Change
+	if d.src != nil || d.opts.Config == "" {
+		// With a rules source, --config is bootstrap rules only.
+	} else if w, err := watch.New(d.opts.Config, watch.Options{Logger: d.log}); err != nil {
+		d.log.Warn("not watching the rules file; reload with SIGHUP", "err", err)
+	} else {
+		defer w.Close()
+		changes = w.Changes()
+	}
+	d.opts.Notify("READY=1")
+	d.dog = newWatchdog(d.opts.Notify)
+	d.log.Info("enforcing", "rules", len(start.cfg.Rules), "interfaces", ifaces, "control_period", d.loop.Period())
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// One goroutine owns the loop: ticks and reloads never interleave, and a
+	// stuck tick stops the watchdog pings.
+	tick := time.NewTicker(d.loop.Period())
+	defer tick.Stop()
+	var stall <-chan time.Time
+	if d.opts.stallAfter > 0 {
+		stall = time.After(d.opts.stallAfter)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			d.opts.Notify("STOPPING=1")
+			d.log.Info("stopping; protection stays attached", "detach_on_exit", d.opts.DetachOnExit)
+			return nil
+		case <-hup:
+			d.onHUP()
+		case c := <-changes:
+			switch {
+			case !c.Exists:
+				d.log.Warn("the rules file is gone; the running rules stay in force", "file", c.Path)
+			case c.Err != nil:
+				d.log.Error("cannot read the changed rules file; the running rules stay in force", "err", c.Err)
+			default:
+				d.log.Info("the rules file changed; reloading", "file", c.Path)
+				d.reloadFile(FromWatch)
+			}
+		case req := <-d.applyCh:
+			req.done <- d.applyFromAPI(req.text)
+		case doc := <-d.sourceUpdates():
+			d.applySource(doc)
+		case <-tick.C:
+			d.afterTick(d.loop.Tick())
+		case <-stall:
+			d.log.Warn("test fault injection: the control loop hangs now")
+			<-ctx.Done()
+		}
+	}
+}
+
+// attachAll attaches to every interface, adopting what an earlier daemon
+// left pinned.
+func (d *daemon) attachAll(ifaces []string, fileSources int) error {
+	sources := fileSources
+	if d.opts.SourceTableSize > 0 {
+		sources = d.opts.SourceTableSize
+	}
+	for _, iface := range ifaces {
+		a, err := loader.Attach(iface, loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources})
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.attach = append(d.attach, a)
+		d.mu.Unlock()
+		id, _ := a.ProgramID()
+		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
+		if a.SourcesReset {
+			d.log.Warn("the per-source table changed size: per-source buckets start afresh", "iface", iface, "size", sources)
+		}
+		if a.ConnCountErr != nil {
+			d.log.Warn("connections in flight are not counted: concurrency limits refuse nothing", "iface", iface, "err", a.ConnCountErr)
+		}
+		if a.Adopted {
+			// Compile against what the earlier daemon left so that every
+			// rule keeps its slot, bucket and counters.
+			if prev, err := a.Tables().ReadPlan(); err == nil {
+				d.plans[iface] = prev
+			} else {
+				d.log.Warn("cannot read the pinned rules; slots restart", "iface", iface, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// afterTick exports a tick's outcome, logs what went wrong, and tells
+// systemd the loop is alive.
+func (d *daemon) afterTick(rep control.TickReport) {
+	d.metrics.tick(rep, d.loop.Period())
+	d.logBreakers(rep)
+	for _, r := range rep.Rules {
+		if r.Err != nil {
+			d.log.Warn("control tick", "rule", r.Name, "err", r.Err)
+		}
+		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale)
+	}
+	d.queueRates(rep)
+	d.dog.ping(rep.Start)
+}
+
+// logBreakers logs every breaker's change of state.
+func (d *daemon) logBreakers(rep control.TickReport) {
+	for _, r := range rep.Rules {
+		if t := r.Transition; t != nil {
+			level := slog.LevelWarn
+			if t.To == control.BreakerClosed {
+				level = slog.LevelInfo
+			}
+			d.log.Log(context.Background(), level, "circuit breaker", "rule", r.Name, "from", t.From.String(), "to", t.To.String(), "reason", t.Reason)
+		}
+	}
+}
+
+// loopSignals hands the control loop the signal readers' view of each
+// steered rule.
+type loopSignals struct {
+	reader   *xsignal.Reader
+	outcomes *xsignal.OutcomeReader
+	rules    map[string]*xsignal.Rule // of the specs in force; the loop goroutine's
+}
+
+func (s *loopSignals) rule(r *control.RuleSpec) *xsignal.Rule {
+	if sr := s.rules[r.Name]; sr != nil {
+		return sr
+	}
+	return &xsignal.Rule{Name: r.Name, SynOnly: r.SynOnly, Bytes: r.Bytes}
+}
+
+// Sample implements control.Sampler.
+func (s *loopSignals) Sample(r *control.RuleSpec, used float64) control.Signals {
+	return s.reader.Sample(s.rule(r), used)
+}
+
+// Outcomes implements control.OutcomeSource.
+func (s *loopSignals) Outcomes(r *control.RuleSpec, admitted uint64, now time.Time) (control.Outcomes, bool) {
+	return s.outcomes.Outcomes(s.rule(r), admitted, now)
+}
+
+func (d *daemon) close() error {
+	var errs []error
+	if d.api != nil {
+		errs = append(errs, d.api.Close())
+	}
+	if d.metrics != nil {
+		errs = append(errs, d.metrics.close())
+	}
+	errs = append(errs, d.closeQueues())
+	for _, a := range d.attach {
+		errs = append(errs, a.Close())
+		if d.opts.DetachOnExit {
+			errs = append(errs, loader.Detach(d.opts.BPFFS, a.Iface))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,301 @@
+//go:build linux
+
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/control"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/durable"
+	"github.com/xlimit/xlimit/userspace/rulesource"
+)
+
+// Origin is where a rules document came from. Every document, whatever its
+// origin, takes the same path: parse and validate, translate, compile for
+// every interface, write the maps, then metrics, persistence and logs
+// (prepare and commit). The origin decides only what is persisted and
+// what the logs say.
+type Origin int
+
+const (
+	FromFile      Origin = iota // the rules file, at start
+	FromLastGood                // the state directory's last good rules, at start
+	FromAPIState                // the rules put through the API before a restart
+	FromWatch                   // the rules file, changed
+	FromSIGHUP                  // the rules file, on SIGHUP
+	FromAPI                     // PUT /v1/rules
+	FromSource                  // the rules source (Redis)
+	FromSnapshot                // the local snapshot of the rules source, at start
+	FromBootstrap               // the --config file while the rules source has not answered
+)
+
+var origins = [...]struct{ name, applied, rejected string }{
+	FromFile:      {"file", "rules from the rules file", "the rules file is rejected"},
+	FromLastGood:  {"last_good", "rules from the last good rules", "the last good rules are rejected"},
+	FromAPIState:  {"api_state", "rules put through the API", "the rules put through the API are rejected"},
+	FromWatch:     {"watch", "reloaded", "reload failed; the running rules stay in force"},
+	FromSIGHUP:    {"sighup", "reloaded", "reload failed; the running rules stay in force"},
+	FromAPI:       {"api", "reloaded from the API", "rules from the API rejected; the running rules stay in force"},
+	FromSource:    {"source", "reloaded from the rules source", "rules from the rules source rejected; the running rules stay in force"},
+	FromSnapshot:  {"snapshot", "rules from the local snapshot of the rules source", "the local snapshot is rejected"},
+	FromBootstrap: {"bootstrap", "rules from the bootstrap rules file", "the bootstrap rules file is rejected"},
+}
+
+func (o Origin) String() string { return origins[o].name }
+
+// document is a rules document on its way to the kernel.
+type document struct {
+	origin Origin
+	name   string // names it in errors: FILE:LINE: ...
+	label  string // the rules' source in GET /v1/rules
+	text   []byte
+	src    rulesource.Document // FromSource: the store's document
+}
+
+// prepared is a document parsed, validated and translated, not yet
+// applied.
+type prepared struct {
+	doc   document
+	cfg   *config.Config
+	specs *Specs
+}
+
+// prepare parses, validates and translates a document; it touches nothing.
+func prepare(doc document) (*prepared, error) {
+	cfg, err := config.Parse(doc.name, doc.text)
+	if err != nil {
+		return nil, err
+	}
+	return &prepared{doc: doc, cfg: cfg, specs: Translate(cfg)}, nil
+}
+
+// applyDocument is the one path of a rules document while the daemon runs,
+// on the loop goroutine. All or nothing: a document that does not validate
+// or compile leaves the running rules in force.
+func (d *daemon) applyDocument(doc document) error {
+	if doc.origin == FromSource {
+		if cur, _ := d.Rules(); bytes.Equal(cur, doc.text) {
+			// Nothing to apply: the document in force is now the source's.
+			d.persist(doc)
+			d.setRules(doc.text, doc.label, d.specs)
+			d.log.Info("the rules source's document is the one in force", "version", doc.src.Version)
+			return nil
+		}
+	}
+	p, err := prepare(doc)
+	if err == nil {
+		err = d.commit(p)
+	}
+	o := origins[doc.origin]
+	if err != nil {
+		d.metrics.reload("failure")
+		d.log.Error(o.rejected, "origin", doc.origin, "source", doc.label, "err", err)
+		return err
+	}
+	d.metrics.reload("success")
+	d.log.Info(o.applied, "origin", doc.origin, "source", doc.label, "rules", len(p.cfg.Rules))
+	return nil
+}
+
+// commit compiles a prepared document for every interface, writes the
+// maps, the queues and the control loop, then persists the document
+// according to its origin and records it as the rules in force.
+func (d *daemon) commit(p *prepared) error {
+	if err := d.apply(p.specs); err != nil {
+		return err
+	}
+	d.persist(p.doc)
+	d.setRules(p.doc.text, p.doc.label, p.specs)
+	for _, w := range p.cfg.Warnings {
+		d.log.Warn("rules file", "warning", w.Error())
+	}
+	for _, w := range p.specs.NotEnforced {
+		d.log.Warn("not enforced by this version", "what", w)
+	}
+	return nil
+}
+
+// apply compiles s for every interface first and writes the maps only when
+// every compilation succeeded.
+func (d *daemon) apply(s *Specs) error {
+	if err := d.planQueues(s); err != nil {
+		return err
+	}
+	plans := make(map[string]*dataplane.Plan, len(d.attach))
+	for _, a := range d.attach {
+		p, err := dataplane.Compile(s.Dataplane, d.plans[a.Iface])
+		if err != nil {
+			return err
+		}
+		plans[a.Iface] = p
+	}
+	for _, a := range d.attach {
+		if err := a.Tables().Apply(plans[a.Iface]); err != nil {
+			return fmt.Errorf("apply rules to %s: %w", a.Iface, err)
+		}
+		d.mu.Lock()
+		d.plans[a.Iface] = plans[a.Iface]
+		d.mu.Unlock()
+	}
+	d.applyQueues(s)
+	d.specs = s
+	d.feedback.Configure(s.Feedback)
+	if err := d.probes.Configure(s.Probes); err != nil {
+		return err
+	}
+	if s.System != nil && d.hostCPU != nil {
+		d.loop.SetSystem(s.System, d.hostCPU)
+	} else {
+		d.loop.SetSystem(nil, nil)
+	}
+	d.signals.rules = s.Signals
+	if err := d.loop.Configure(s.Control, d.targets(s)); err != nil {
+		return fmt.Errorf("configure the control loop: %w", err)
+	}
+	// Put the steered rates in force now, not a period later: a new
+	// warm-up rule must not run at its full static rate meanwhile.
+	d.afterTick(d.loop.Tick())
+	return nil
+}
+
+// persist keeps what a restart needs of an applied document.
+func (d *daemon) persist(doc document) {
+	switch doc.origin {
+	case FromLastGood, FromSnapshot:
+		// Already the state directory's.
+	case FromFile, FromAPIState, FromBootstrap:
+		d.saveLastGood(doc.text)
+	case FromWatch, FromSIGHUP:
+		d.saveLastGood(doc.text)
+		if err := api.ForgetRules(d.opts.StateDir); err != nil {
+			d.log.Warn("cannot forget the rules put through the API", "err", err)
+		}
+	case FromAPI:
+		if err := api.SaveRules(d.opts.StateDir, doc.text); err != nil {
+			d.log.Warn("rules from the API are in force but not kept for a restart", "err", err)
+		}
+		d.saveLastGood(doc.text)
+	case FromSource:
+		d.saveLastGood(doc.text)
+		d.src.saveMeta(d.opts.StateDir, doc.src, d.log)
+		d.src.version.Store(doc.src.Version)
+	}
+}
+
+func (d *daemon) lastGoodPath() string {
+	return filepath.Join(d.opts.StateDir, "last-good.yaml")
+}
+
+func (d *daemon) saveLastGood(data []byte) {
+	if err := os.MkdirAll(d.opts.StateDir, 0o700); err != nil {
+		d.log.Warn("cannot keep the last good rules", "err", err)
+		return
+	}
+	if err := durable.WriteFile(d.lastGoodPath(), data, 0o600); err != nil {
+		d.log.Warn("cannot keep the last good rules", "err", err)
+	}
+}
+
+// reloadFile re-reads the rules file (a change or SIGHUP).
+func (d *daemon) reloadFile(origin Origin) {
+	data, err := os.ReadFile(d.opts.Config)
+	if err != nil {
+		d.metrics.reload("failure")
+		d.log.Error(origins[origin].rejected, "origin", origin, "source", d.opts.Config, "err", err)
+		return
+	}
+	_ = d.applyDocument(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data})
+}
+
+// onHUP re-reads the rules: the file, or the store at once.
+func (d *daemon) onHUP() {
+	if d.src != nil && d.src.src != nil {
+		d.log.Info("SIGHUP: reading the rules source now")
+		d.src.src.Refresh()
+		return
+	}
+	d.reloadFile(FromSIGHUP)
+}
+
+// applyFromAPI is PUT /v1/rules, on the loop goroutine: refused while the
+// rules come from a rules source, which would overwrite them at its next
+// change anyway.
+func (d *daemon) applyFromAPI(text []byte) error {
+	if d.src != nil {
+		return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
+	}
+	if err := d.applyDocument(document{origin: FromAPI, name: "api", label: "api", text: text}); err != nil {
+		return fmt.Errorf("%w: %w", api.ErrRejected, err)
+	}
+	return nil
+}
+
+// applySource applies a document from the store, on the loop goroutine.
+func (d *daemon) applySource(doc rulesource.Document) {
+	_ = d.applyDocument(document{origin: FromSource, name: d.src.docName(doc), label: d.src.describe(doc), text: doc.Text, src: doc})
+}
+
+// startupRules returns the document to start with. Without a rules source:
+// the rules put through the API when newer than the rules file, else the
+// rules file, else the last good rules (a restart must never leave the
+// host with fewer rules than it had). With one: the store's document, else
+// the local snapshot, else the --config file.
+func (d *daemon) startupRules(ctx context.Context) (*prepared, error) {
+	if d.opts.RulesSource != "" {
+		return d.startupFromSource(ctx)
+	}
+	if text, saved, err := api.SavedRules(d.opts.StateDir, d.opts.Config); err != nil {
+		d.log.Warn("cannot read the rules put through the API", "err", err)
+	} else if text != nil {
+		if p, err := prepare(document{origin: FromAPIState, name: "api", label: "api", text: text}); err == nil {
+			d.log.Warn("RUNNING THE RULES PUT THROUGH THE API, newer than the rules file", "saved", saved, "file", d.opts.Config)
+			return p, nil
+		}
+	}
+	p, err := d.prepareFile(FromFile)
+	if err == nil {
+		return p, nil
+	}
+	d.log.Error("rules file unusable; trying the last good rules", "file", d.opts.Config, "err", err)
+	last, lerr := os.ReadFile(d.lastGoodPath())
+	if lerr != nil {
+		return nil, fmt.Errorf("load rules: %w (and no last good rules: %v)", err, lerr)
+	}
+	p, lerr = prepare(document{origin: FromLastGood, name: d.lastGoodPath(), label: d.lastGoodPath(), text: last})
+	if lerr != nil {
+		return nil, fmt.Errorf("load rules: %w (and the last good rules are invalid: %v)", err, lerr)
+	}
+	d.log.Warn("RUNNING THE LAST GOOD RULES, NOT THE RULES FILE", "file", d.lastGoodPath())
+	return p, nil
+}
+
+// prepareFile reads and prepares the --config file.
+func (d *daemon) prepareFile(origin Origin) (*prepared, error) {
+	data, err := os.ReadFile(d.opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return prepare(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data})
+}
+
+// targets tells the loop where each steered rule lives: its slot and epoch
+// in every interface's maps.
+func (d *daemon) targets(s *Specs) map[string][]control.Target {
+	targets := map[string][]control.Target{}
+	for _, r := range s.Control {
+		for _, a := range d.attach {
+			p := d.plans[a.Iface]
+			if slot := p.Slot(r.Name); slot >= 0 {
+				targets[r.Name] = append(targets[r.Name], control.Target{Kernel: a.Tables(), Slot: slot, Epoch: p.Rules[slot].Epoch})
+			}
+		}
+	}
+	return targets
+}

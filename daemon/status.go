@@ -1,0 +1,136 @@
+//go:build linux
+
+package daemon
+
+import (
+	"fmt"
+
+	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+func toCounterStatus(c *dataplane.Counters) api.CounterStatus {
+	s := api.CounterStatus{Packets: map[string]uint64{}, Bytes: map[string]uint64{}, Reasons: map[string]uint64{}}
+	for v := range dataplane.VerdictMax {
+		s.Packets[v.String()] = c.Packets[v]
+		s.Bytes[v.String()] = c.Bytes[v]
+	}
+	for r := range dataplane.ReasonMax {
+		if c.Reasons[r] != 0 {
+			s.Reasons[r.String()] = c.Reasons[r]
+		}
+	}
+	return s
+}
+
+// topSources is how many of the most dropped sources status lists per rule.
+const topSources = 10
+
+// ReadStatus reads an interface's status from its pins (no daemon
+// needed): the rules, the rates in force, the counters, the top dropped
+// sources and the maps' kernel memory. It is GET /v1/status's, `xlimit
+// status`'s and `xlimit top`'s.
+func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
+	st := api.IfaceStatus{Iface: iface, PinDir: loader.PinDir(bpffs, iface)}
+	ls, err := loader.Inspect(bpffs, iface)
+	if err != nil {
+		return st, fmt.Errorf("inspect %s: %w", iface, err)
+	}
+	st.Attached, st.Ifindex, st.ProgramID, st.LinkID = ls.Attached, ls.Ifindex, ls.ProgramID, ls.LinkID
+	t, err := maps.OpenPinned(st.PinDir, true)
+	if err != nil {
+		return st, err
+	}
+	defer t.Close()
+	if st.Generation, err = t.ActiveGeneration(); err != nil {
+		return st, err
+	}
+	plan, err := t.ReadPlan()
+	if err != nil {
+		return st, err
+	}
+	counters, err := t.AllCounters()
+	if err != nil {
+		return st, err
+	}
+	now := MonotonicNS()
+	for _, slot := range plan.ActiveSlots() {
+		r := &plan.Rules[slot]
+		rs := api.RuleStatus{
+			Slot: slot, Name: r.Name, Unit: "packets",
+			Rate: r.Fallback.Rate(), Burst: r.Fallback.Burst(), RateSource: "static",
+			Shadow:   r.Flags&dataplane.RuleShadow != 0,
+			Counters: toCounterStatus(&counters[slot]),
+		}
+		if r.Flags&dataplane.RuleBytes != 0 {
+			rs.Unit = "bytes"
+		}
+		if lim, err := t.Limit(slot); err == nil && lim.Epoch == r.Epoch && now < lim.DeadlineNS {
+			rs.Rate, rs.Burst, rs.RateSource = lim.Bucket.Rate(), lim.Bucket.Burst(), "control"
+			rs.Breaker = gateState(lim.Gate)
+		}
+		if r.Flags&dataplane.RuleConcurrency != 0 {
+			cs := &api.ConcurrencyStatus{Soft: int(r.ConcSoft), Max: int(r.ConcMax)}
+			if c, err := t.Conns(slot); err != nil {
+				return st, err
+			} else if c.Epoch == r.Epoch {
+				cs.InFlight = c.Count
+			}
+			rs.Concurrency = cs
+		}
+		if r.Flags&dataplane.RulePerSource != 0 {
+			ps := &api.PerSourceStatus{
+				Rate: r.Source.Rate(), Burst: r.Source.Burst(),
+				PrefixV4: int(r.Prefix4), PrefixV6: int(r.Prefix6), Ban: r.Flags&dataplane.RuleBan != 0,
+				TopSources: []api.SourceStatus{},
+			}
+			top, err := t.Sources(slot, topSources)
+			if err != nil {
+				return st, err
+			}
+			for _, src := range top {
+				if src.Drops == 0 || src.Epoch != r.Epoch {
+					continue
+				}
+				ps.TopSources = append(ps.TopSources, api.SourceStatus{Prefix: src.Prefix.String(), Drops: src.Drops, Banned: src.BannedUntilNS > now})
+			}
+			rs.PerSource = ps
+		}
+		st.Rules = append(st.Rules, rs)
+	}
+	st.Total = toCounterStatus(&counters[dataplane.GlobalSlot])
+	mem, err := maps.PinnedMemory(st.PinDir)
+	if err != nil {
+		return st, err
+	}
+	st.Memory = toMemoryStatus(mem)
+	return st, nil
+}
+
+// gateState names a breaker gate as the kernel applies it.
+func gateState(g dataplane.Gate) string {
+	switch {
+	case g.Drop == dataplane.GateAll && g.Probes > 0:
+		return "half_open"
+	case g.Drop == dataplane.GateAll:
+		return "open"
+	case g.Drop > 0:
+		return "partial"
+	}
+	return ""
+}
+
+func toMemoryStatus(mem []maps.MapMemory) *api.MemoryStatus {
+	s := &api.MemoryStatus{Maps: []api.MapMemory{}}
+	for _, m := range mem {
+		s.Maps = append(s.Maps, api.MapMemory{
+			Name: m.Name, Type: m.Type, KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries,
+			MemlockBytes: m.Memlock, EstimateBytes: m.Estimate,
+		})
+		s.MemlockBytes += m.Memlock
+		s.EstimateBytes += m.Estimate
+	}
+	return s
+}
