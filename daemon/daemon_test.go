@@ -1,0 +1,231 @@
+//go:build linux
+
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xlimit/xlimit/daemon"
+	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/lab"
+)
+
+// syncBuffer is a log sink safe for the daemon's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// near: the kernel keeps rates in fixed point.
+func near(got, want float64) bool { return math.Abs(got-want) <= want*1e-9 }
+
+func rules(rate string) string {
+	return "rules:\n  - name: udp\n    protocol: udp\n    ports: [9000]\n    rate: " + rate + "\n"
+}
+
+// TestRunInProcess runs the daemon in this process, on a veth of a lab
+// namespace, with its dependencies injected (systemd's notify socket and
+// the host's signals), and sends it rules documents of every runtime
+// origin: the startup file, the API, the file watch, a bad file. Each takes
+// the one rules path: the kernel's rate changes for a good document, the
+// persisted state follows its origin, and a bad document changes nothing.
+func TestRunInProcess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("daemon: skipping the in-process daemon test: it needs root (namespaces, XDP, bpffs); CI runs it as root")
+	}
+	l, err := lab.New(lab.Options{Prefix: "xldm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("close lab: %v", err)
+		}
+	})
+	dir := t.TempDir()
+	bpffs := filepath.Join(dir, "bpffs")
+	if err := loader.EnsureBPFFS(bpffs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := loader.Detach(bpffs, l.ServerIf); err != nil {
+			t.Errorf("detach: %v", err)
+		}
+		if err := unix.Unmount(bpffs, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount bpffs: %v", err)
+		}
+	})
+	file := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(file, []byte(rules("1000")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(dir, "state")
+	var logs syncBuffer
+	notified := make(chan string, 64)
+	o := daemon.Options{
+		Config: file, Interfaces: []string{l.ServerIf}, Mode: loader.ModeGeneric,
+		APISocket: filepath.Join(dir, "api.sock"), BPFFS: bpffs, StateDir: stateDir,
+		Period: 50 * time.Millisecond, FailStatic: time.Second,
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+		Notify:      func(state string) { notified <- state },
+		HostSignals: func() (daemon.HostSignals, error) { return nil, errors.New("no host signals in this test") },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		// The daemon's own goroutine stays on a thread of the server's
+		// namespace: it attaches there and reads the service's signals
+		// there, as `ip netns exec` would have it.
+		done <- l.Server.Do(func() error { return daemon.Run(ctx, o) })
+	}()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("the daemon did not stop within 10s")
+		}
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	select {
+	case s := <-notified:
+		if s != "READY=1" {
+			t.Fatalf("first notification %q, want READY=1", s)
+		}
+	case err := <-done:
+		t.Fatalf("the daemon stopped before READY: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no READY within 20s\n%s", logs.String())
+	}
+
+	rate := func() float64 {
+		t.Helper()
+		st, err := daemon.ReadStatus(bpffs, l.ServerIf)
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if len(st.Rules) != 1 {
+			t.Fatalf("status has %d rules, want 1: %+v", len(st.Rules), st.Rules)
+		}
+		return st.Rules[0].Rate
+	}
+	waitRate := func(what string, want float64) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if near(rate(), want) {
+				return
+			}
+		}
+		t.Fatalf("%s: rate %v, want %v\n%s", what, rate(), want, logs.String())
+	}
+	readState := func(name string) string {
+		data, err := os.ReadFile(filepath.Join(stateDir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			return ""
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+
+	waitRate("startup file", 1000)
+	if got := readState("last-good.yaml"); got != rules("1000") {
+		t.Errorf("after start, last good rules %q, want the file's", got)
+	}
+
+	c := api.NewClient(o.APISocket)
+	defer c.Close()
+	actx, acancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer acancel()
+	if _, err := c.PutRules(actx, []byte(rules("3000")), ""); err != nil {
+		t.Fatalf("PUT rules: %v", err)
+	}
+	waitRate("API", 3000)
+	if got := readState(api.StateFile); got != rules("3000") {
+		t.Errorf("API rules kept as %q", got)
+	}
+	if got := readState("last-good.yaml"); got != rules("3000") {
+		t.Errorf("after the API, last good rules %q", got)
+	}
+	doc, err := c.Rules(actx)
+	if err != nil || doc.Source != "api" {
+		t.Errorf("GET rules: source %q, %v; want api", doc.Source, err)
+	}
+
+	// The file watch: the file takes over again and the API's rules go.
+	if err := os.WriteFile(file, []byte(rules("2000")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitRate("file watch", 2000)
+	for end := time.Now().Add(5 * time.Second); readState(api.StateFile) != "" && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	}
+	if got := readState(api.StateFile); got != "" {
+		t.Errorf("the API's rules stayed after the file took over: %q", got)
+	}
+
+	// A bad file changes nothing and says where it is wrong.
+	if err := os.WriteFile(file, []byte(strings.Replace(rules("2000"), "ports: [9000]", "ports: [0]", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "reload failed") && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	}
+	if !strings.Contains(logs.String(), "reload failed") || !strings.Contains(logs.String(), "rules.yaml:4") {
+		t.Fatalf("no rejection of the bad file in the log:\n%s", logs.String())
+	}
+	if got := rate(); !near(got, 2000) {
+		t.Errorf("a bad file changed the rate to %v", got)
+	}
+	if got := readState("last-good.yaml"); got != rules("2000") {
+		t.Errorf("a bad file became the last good rules: %q", got)
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("stop: %v\n%s", err, logs.String())
+	}
+	if s := <-notified; s != "STOPPING=1" {
+		t.Errorf("last notification %q, want STOPPING=1", s)
+	}
+	// Protection outlives the daemon.
+	ls, err := loader.Inspect(bpffs, l.ServerIf)
+	if err != nil || !ls.Attached {
+		t.Errorf("after stop: %+v, %v; want still attached", ls, err)
+	}
+	if got := rate(); !near(got, 2000) {
+		t.Errorf("after stop the rate is %v, want 2000", got)
+	}
+}
