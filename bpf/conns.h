@@ -2,7 +2,7 @@
 /* Gates on new connections (TCP SYN without ACK): the concurrency limit,
  * on connections in flight counted by the sock_ops program, and the
  * circuit breaker's gate, written by the control loop. Established traffic
- * is never gated. DESIGN.md sections 5.7 and 5.8. */
+ * is never gated. docs/design.md sections 5.7 and 5.8. */
 #ifndef XLIMIT_CONNS_H
 #define XLIMIT_CONNS_H
 

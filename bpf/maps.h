@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Every map of the XDP program. Config maps are written by the daemon only,
- * state maps by the program only (DESIGN.md section 2). All but the test
+ * state maps by the program only (docs/design.md section 2). All but the test
  * clock are pinned by name under <bpffs>/xlimit/<iface>/, so a restarted
  * daemon adopts them, buckets and counters included. */
 #ifndef XLIMIT_MAPS_H

@@ -159,7 +159,7 @@ func TestAccuracy(t *testing.T) {
 	}
 }
 
-// TestAccuracyHighRates checks DESIGN 4.3's "relative error under 0.1 % at
+// TestAccuracyHighRates checks docs/design.md §4.3's "relative error under 0.1 % at
 // every rate" for the packet rates the config accepts above TestAccuracy's
 // (up to MaxPacketRate, 1e8/s) and for byte rates up to 100 Gbit/s, over
 // 1 ms of steady-state saturation (10 steps of 100 µs, each offering 1.2

@@ -27,7 +27,7 @@ type concurrencyRun struct {
 	concurrencyDrops uint64
 }
 
-// TestConcurrencyLimitSlowService (DESIGN.md 5.7): a TCP service of 8
+// TestConcurrencyLimitSlowService (docs/design.md §5.7): a TCP service of 8
 // workers whose service time rises from 5 ms to 200 ms mid-test (capacity
 // 1600 → 40 connections/s), offered 100 connections/s, behind a rule with a
 // generous rate. Without a concurrency limit its backlog fills and the

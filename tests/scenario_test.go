@@ -80,7 +80,7 @@ type scenarioResult struct {
 	recovery          time.Duration
 }
 
-// BenchmarkAdaptiveScenario is DESIGN.md section 7's seed scenario scaled
+// BenchmarkAdaptiveScenario is docs/design.md section 7's seed scenario scaled
 // by 1/10 to what this machine's namespaces carry: a service of 400
 // connections/s (4 workers, 10 ms each, backlog 64); steady 200/s, a
 // 1500/s spike for 20 s, then 300/s; a static bucket at 1200/s against an
@@ -160,7 +160,7 @@ func BenchmarkAdaptiveScenario(b *testing.B) {
 			}
 			return fmt.Sprintf("| %s | %v | %v | %.0f/s | %d | %d | %s |", name, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.goodput, r.failed, r.overflows, rec)
 		}
-		fmt.Printf("\nDESIGN.md 7 scenario, scaled 1/10 (service capacity 400/s; 200/s, 1500/s for 20 s, 300/s):\n\n")
+		fmt.Printf("\ndocs/design.md §7 scenario, scaled 1/10 (service capacity 400/s; 200/s, 1500/s for 20 s, 300/s):\n\n")
 		fmt.Println("| bucket | P50 | P99 | goodput | failed | listen overflows | recovery after the spike |")
 		fmt.Println("|---|---|---|---|---|---|---|")
 		fmt.Println(row("static 1200/s", static))

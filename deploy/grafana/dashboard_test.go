@@ -19,7 +19,7 @@ const (
 	collectorFile = "../../userspace/metrics/collector.go"
 )
 
-// placeholders are metrics of DESIGN.md section 10 that the dashboard may
+// placeholders are metrics of docs/design.md section 10 that the dashboard may
 // show before the collector exports them, with their labels.
 var placeholders = map[string][]string{
 	"xlimit_rule_latency_seconds": {"rule"},

@@ -99,7 +99,7 @@ const (
 	UnitBytes   Unit = "bytes"
 )
 
-// Behavior is a rule's control behaviour (DESIGN.md §5).
+// Behavior is a rule's control behaviour (docs/design.md §5).
 type Behavior string
 
 const (
@@ -263,7 +263,7 @@ type Concurrency struct {
 	Max  int
 }
 
-// CircuitBreaker configures the per-rule breaker (DESIGN.md §5.8). A check
+// CircuitBreaker configures the per-rule breaker (docs/design.md §5.8). A check
 // whose ratio is 0 is off: the slow-call check runs iff SlowRatio > 0 (and
 // then SlowLatency > 0), the error check iff ErrorRatio > 0.
 type CircuitBreaker struct {
@@ -276,7 +276,7 @@ type CircuitBreaker struct {
 	HalfOpenProbes int
 }
 
-// System is the host-wide protection (DESIGN.md §5.6).
+// System is the host-wide protection (docs/design.md §5.6).
 type System struct {
 	CPUHigh float64
 	// PressureHigh, when not 0, also counts the host as overloaded while

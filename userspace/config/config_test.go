@@ -39,7 +39,7 @@ func mustParse(t *testing.T, src string) *Config {
 }
 
 func TestDesignExample(t *testing.T) {
-	// The example of DESIGN.md §10, verbatim. Its rule has behavior reject
+	// The example of docs/design.md §10, verbatim. Its rule has behavior reject
 	// and also warm_up, paced and adaptive sections: those are decoded and
 	// validated, reported as warnings and left out of the Config.
 	c, err := Load("testdata/design.yaml")

@@ -56,7 +56,7 @@ type Step struct {
 	Clamped bool
 }
 
-// AIMD is the adaptive law of DESIGN.md §5.4. Per tick, with the smoothed
+// AIMD is the adaptive law of docs/design.md §5.4. Per tick, with the smoothed
 // latency L = α·sample + (1 − α)·L and e = (target − L) / target:
 //
 //  1. error rate > threshold:                 R = max(R_min, R·γ)

@@ -11,7 +11,7 @@ import (
 
 const target = 25 * time.Millisecond
 
-// params are the rules file's defaults around DESIGN.md §7's scenario:
+// params are the rules file's defaults around docs/design.md §7's scenario:
 // target 25 ms, R_min 1000, R_max 12000.
 func params() AIMDParams {
 	return AIMDParams{
@@ -103,7 +103,7 @@ func TestAIMDSmoothing(t *testing.T) {
 }
 
 // A latency step above the target cuts the rate within two ticks
-// (DESIGN.md §7) from any earlier latency, with the default α = 0.2, when
+// (docs/design.md §7) from any earlier latency, with the default α = 0.2, when
 // the step reaches (1 − (1 − α)²·L₀/target) / (1 − (1 − α)²) times the
 // target: 2.78× from an idle queue. A smaller step takes longer because of
 // the smoothing, not the law: to 2× target from an idle queue, four ticks.
@@ -177,7 +177,7 @@ func TestAIMDRecoveryIsSubLinear(t *testing.T) {
 	}
 }
 
-// An idle rule's rate never grows, however low the latency (DESIGN.md §9);
+// An idle rule's rate never grows, however low the latency (docs/design.md §9);
 // neither does a busy rule's on a hot CPU.
 func TestAIMDNoGrowthWhileIdleOrHot(t *testing.T) {
 	for _, c := range []struct {

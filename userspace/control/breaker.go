@@ -51,7 +51,7 @@ type breakerBucket struct {
 	o     Outcomes
 }
 
-// Breaker is Sentinel's circuit breaker (DESIGN.md §5.8) for one rule,
+// Breaker is Sentinel's circuit breaker (docs/design.md §5.8) for one rule,
 // driven by the control loop once per tick:
 //
 //   - CLOSED: each tick's outcomes go into a sliding window of Window. When

@@ -1,6 +1,6 @@
 // Package control holds xlimit's control laws: the pure functions and small
 // state machines that the daemon's 50 ms loop runs to decide each rule's
-// rate (DESIGN.md §5).
+// rate (docs/design.md §5).
 //
 //   - WarmUp is Sentinel's WarmUpController (§5.2), driven by the kernel's
 //     per-second passed counts instead of Sentinel's request counters.

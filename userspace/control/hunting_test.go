@@ -97,7 +97,7 @@ func simulateHunting(t *testing.T, p AIMDParams, c, offered, initial float64) hu
 // a latency overshoot that the smoothing delays, then a few steep cuts
 // that the smoothing prolongs after the queue has emptied. The test
 // measures the cycle (go test -v prints it, docs/control.md quotes it) and
-// bounds it for DESIGN.md §7's scenario with the default gains.
+// bounds it for docs/design.md §7's scenario with the default gains.
 func TestAIMDHunting(t *testing.T) {
 	type scenario struct {
 		name     string

@@ -40,7 +40,7 @@ type RuleSpec struct {
 	Signal  string
 	SynOnly bool
 	// CircuitBreaker, when not nil, gates the rule's new connections
-	// (DESIGN.md §5.8) whatever its behavior.
+	// (docs/design.md §5.8) whatever its behavior.
 	CircuitBreaker *BreakerParams
 }
 
@@ -107,7 +107,7 @@ type Loop struct {
 	outcome OutcomeSource
 	rules   []*ruleState
 
-	// System protection (DESIGN.md 5.6): while the host's CPU usage is at
+	// System protection (docs/design.md §5.6): while the host's CPU usage is at
 	// or above system.CPUHigh, new-connection (SYN-only) rules are capped
 	// at the best completion rate they showed over the last peakSeconds.
 	system *SystemParams

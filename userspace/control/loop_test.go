@@ -52,7 +52,7 @@ func warmRule() RuleSpec {
 		WarmUp: &WarmUpParams{Period: 10 * time.Second, ColdFactor: 3}}
 }
 
-// Under saturating traffic the loop reproduces DESIGN.md 5.2's ramp: the
+// Under saturating traffic the loop reproduces docs/design.md §5.2's ramp: the
 // kernel admits ⌊rate⌋ per second at the rate the loop put in force.
 func TestLoopWarmUpRamp(t *testing.T) {
 	clock := NewFakeClock(time.Unix(1_000_000, 0))

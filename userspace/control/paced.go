@@ -7,7 +7,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
-// Paced is Sentinel's ThrottlingController admission test (DESIGN.md §5.3)
+// Paced is Sentinel's ThrottlingController admission test (docs/design.md §5.3)
 // for packets: admitted packets are spaced 1/rate apart; a packet arriving
 // before the next free slot waits for it, and one whose wait would exceed
 // the maximum queueing time is rejected. In Sentinel's terms, with
@@ -18,7 +18,7 @@ import (
 //	else:                         admit, wait L + cost − now, L = L + cost
 //
 // Sentinel once rounded cost to whole milliseconds, which silently turned
-// pacing off above 1000/s (DESIGN.md §9). Paced keeps time in the kernel's
+// pacing off above 1000/s (docs/design.md §9). Paced keeps time in the kernel's
 // units of 2^-6 ns and takes cost and the queueing bound from the bucket
 // that the daemon writes for queue: none, dataplane.NewBucket(rate, rate ×
 // maxQueue + 1, false): cost is the bucket's Inc(1), 1/rate rounded to

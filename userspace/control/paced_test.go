@@ -20,7 +20,7 @@ func mustPaced(t *testing.T, rate float64, q time.Duration) *Paced {
 	return p
 }
 
-// DESIGN.md §5.3's golden case: rate 10/s, queue 500 ms, 10 packets at the
+// docs/design.md §5.3's golden case: rate 10/s, queue 500 ms, 10 packets at the
 // same instant: 6 admitted with waits 0, 100, ..., 500 ms, 4 rejected.
 func TestPacedGolden(t *testing.T) {
 	p := mustPaced(t, 10, 500*time.Millisecond)
@@ -59,7 +59,7 @@ func TestPacedGolden(t *testing.T) {
 
 // The same test at every rate up to 10 Mpps admits exactly rate × queue +
 // 1 simultaneous packets with waits k/rate, to the nanosecond: no rounding
-// of the interval to milliseconds (DESIGN.md §9).
+// of the interval to milliseconds (docs/design.md §9).
 func TestPacedExactAtEveryRate(t *testing.T) {
 	for _, rate := range []float64{1, 10, 1e3, 1e4, 1e6, 1e7} {
 		interval := time.Duration(1e9 / rate)

@@ -13,7 +13,7 @@ const maxWarmUpTokens = 1 << 53
 // WarmUp is Sentinel's WarmUpController
 // (com.alibaba.csp.sentinel.slots.block.flow.controller.WarmUpController,
 // itself Guava's SmoothWarmingUp turned into a per-second count), with the
-// same integer and floating-point arithmetic (DESIGN.md §5.2):
+// same integer and floating-point arithmetic (docs/design.md §5.2):
 //
 //	warningToken = (int)(T·count) / (c − 1)          integer division
 //	maxToken     = warningToken + (int)(2·T·count / (1 + c))

@@ -32,7 +32,7 @@ func TestWarmUpConstants(t *testing.T) {
 		warning, max    int64
 		slope, coldRate float64
 	}{
-		// DESIGN.md §5.2's reference.
+		// docs/design.md §5.2's reference.
 		{"reference", 10, 10 * time.Second, 3, 50, 100, 0.004, 10.0 / 3},
 		// Sentinel's default cold factor on a larger rule.
 		{"1000/s over 30s", 1000, 30 * time.Second, 3, 15000, 30000, 2.0 / 1000 / 15000, 1000.0 / 3},
@@ -81,7 +81,7 @@ var saturating = []struct {
 	// passed returns what passes in a second that starts with the
 	// controller w in force.
 	passed func(w *WarmUp, sec time.Time, rate float64) uint64
-	// reproduces tells whether the model gives DESIGN.md's ramp.
+	// reproduces tells whether the model gives docs/design.md's ramp.
 	reproduces bool
 }{
 	{"floor of the rate", func(_ *WarmUp, _ time.Time, r float64) uint64 { return uint64(math.Floor(r)) }, true},
@@ -96,7 +96,7 @@ var saturating = []struct {
 	{"ceiling of the rate", func(_ *WarmUp, _ time.Time, r float64) uint64 { return uint64(math.Ceil(r)) }, false},
 }
 
-// The per-second ramp of DESIGN.md §5.2 under saturating traffic: the rule
+// The per-second ramp of docs/design.md §5.2 under saturating traffic: the rule
 // passes ⌊allowed rate⌋ each second, which is exactly what Sentinel's own
 // canPass admits (passQps + 1 ≤ nextUp(rate)).
 func TestWarmUpSaturatingRamp(t *testing.T) {

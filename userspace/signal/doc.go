@@ -1,4 +1,4 @@
-// Package signal reads the inputs of xlimit's control loop (DESIGN.md §5.5,
+// Package signal reads the inputs of xlimit's control loop (docs/design.md §5.5,
 // §5.6) without changing the protected service:
 //
 //   - [Diag]: narrow NETLINK_SOCK_DIAG requests, filtered in the kernel by

@@ -1,5 +1,5 @@
 // Package tcqueue gives paced rules with `queue: kernel` a real queue
-// (DESIGN.md §5.3): the rule's traffic is redirected at TC ingress to an IFB
+// (docs/design.md §5.3): the rule's traffic is redirected at TC ingress to an IFB
 // device whose TBF qdisc sends it on at the rule's rate, holds what arrives
 // early for at most max_queueing_time, and drops what would wait longer.
 // XDP still caps the rule first (burst rate × max_queueing_time + 1), so a
