@@ -38,8 +38,37 @@ func mustParse(t *testing.T, src string) *Config {
 	return c
 }
 
+// TestDesignDocExample keeps docs/design.md true: every YAML block of it is a
+// valid rules file.
+func TestDesignDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	for rest := string(doc); ; {
+		_, after, ok := strings.Cut(rest, "```yaml\n")
+		if !ok {
+			break
+		}
+		block, tail, ok := strings.Cut(after, "```")
+		if !ok {
+			t.Fatal("docs/design.md: a yaml block is not closed")
+		}
+		blocks++
+		if _, err := Parse("docs/design.md", []byte(block)); err != nil {
+			t.Errorf("docs/design.md yaml block %d is not a valid rules file: %v", blocks, err)
+		}
+		rest = tail
+	}
+	if blocks == 0 {
+		t.Error("docs/design.md has no yaml example")
+	}
+}
+
 func TestDesignExample(t *testing.T) {
-	// The example of docs/design.md §10, verbatim. Its rule has behavior reject
+	// The rules file of the first brief (testdata/design.yaml), the subset of
+	// docs/design.md §10's example that it grew from. Its rule has behavior reject
 	// and also warm_up, paced and adaptive sections: those are decoded and
 	// validated, reported as warnings and left out of the Config.
 	c, err := Load("testdata/design.yaml")
