@@ -180,7 +180,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if err := d.attachAll(ifaces, start.cfg.SourceTableSize); err != nil {
 		return err
 	}
-	if err := d.commit(start); err != nil {
+	if err := d.applyDocument(start.doc, start); err != nil {
 		return err
 	}
 

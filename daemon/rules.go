@@ -18,10 +18,12 @@ import (
 )
 
 // Origin is where a rules document came from. Every document, whatever its
-// origin, takes the same path: parse and validate, translate, compile for
-// every interface, write the maps, then metrics, persistence and logs
-// (prepare and commit). The origin decides only what is persisted and
-// what the logs say.
+// origin, takes the same path, applyDocument: parse and validate,
+// translate (prepare), compile for every interface and write the maps, the
+// queues and the loop, persist, record (commit), then count and log. The
+// origin decides only what is persisted and what the logs say. At start,
+// the daemon prepares its candidates in order of preference (startupRules)
+// and hands the first valid one to the same path.
 type Origin int
 
 const (
@@ -76,11 +78,12 @@ func prepare(doc document) (*prepared, error) {
 	return &prepared{doc: doc, cfg: cfg, specs: Translate(cfg)}, nil
 }
 
-// applyDocument is the one path of a rules document while the daemon runs,
-// on the loop goroutine. All or nothing: a document that does not validate
-// or compile leaves the running rules in force.
-func (d *daemon) applyDocument(doc document) error {
-	if doc.origin == FromSource {
+// applyDocument is the one path of a rules document, at start and while the
+// daemon runs, on the loop goroutine: prepare (unless the caller already
+// has), commit, count, log. All or nothing: a document that does not
+// validate or compile leaves the running rules in force.
+func (d *daemon) applyDocument(doc document, p *prepared) error {
+	if doc.origin == FromSource && d.specs != nil {
 		if cur, _ := d.Rules(); bytes.Equal(cur, doc.text) {
 			// Nothing to apply: the document in force is now the source's.
 			d.persist(doc)
@@ -89,7 +92,10 @@ func (d *daemon) applyDocument(doc document) error {
 			return nil
 		}
 	}
-	p, err := prepare(doc)
+	var err error
+	if p == nil {
+		p, err = prepare(doc)
+	}
 	if err == nil {
 		err = d.commit(p)
 	}
@@ -211,7 +217,7 @@ func (d *daemon) reloadFile(origin Origin) {
 		d.log.Error(origins[origin].rejected, "origin", origin, "source", d.opts.Config, "err", err)
 		return
 	}
-	_ = d.applyDocument(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data})
+	_ = d.applyDocument(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data}, nil)
 }
 
 // onHUP re-reads the rules: the file, or the store at once.
@@ -231,7 +237,7 @@ func (d *daemon) applyFromAPI(text []byte) error {
 	if d.src != nil {
 		return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
 	}
-	if err := d.applyDocument(document{origin: FromAPI, name: "api", label: "api", text: text}); err != nil {
+	if err := d.applyDocument(document{origin: FromAPI, name: "api", label: "api", text: text}, nil); err != nil {
 		return fmt.Errorf("%w: %w", api.ErrRejected, err)
 	}
 	return nil
@@ -239,7 +245,7 @@ func (d *daemon) applyFromAPI(text []byte) error {
 
 // applySource applies a document from the store, on the loop goroutine.
 func (d *daemon) applySource(doc rulesource.Document) {
-	_ = d.applyDocument(document{origin: FromSource, name: d.src.docName(doc), label: d.src.describe(doc), text: doc.Text, src: doc})
+	_ = d.applyDocument(document{origin: FromSource, name: d.src.docName(doc), label: d.src.describe(doc), text: doc.Text, src: doc}, nil)
 }
 
 // startupRules returns the document to start with. Without a rules source:
