@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/bench/gen"
+	"github.com/xlimit/xlimit/userspace/frame"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 
@@ -132,9 +133,10 @@ func newEnv(xlimitBin string) (_ *env, err error) {
 	}
 	e.onClose(e.sink.close)
 
-	e.frame, err = lab.BuildFrame(lab.FrameSpec{
-		SrcMAC: l.ClientMAC, DstMAC: l.ServerMAC, Src: l.ClientIP4, Dst: l.ServerIP4,
-		Proto: lab.ProtoUDP, SrcPort: 40000, DstPort: sinkPort, PayloadLen: payloadLen,
+	// As lab.Flood sends it: DF, identification 0, no builder defaults.
+	e.frame, err = frame.Build(frame.Spec{
+		SrcMAC: l.ClientMAC, DstMAC: l.ServerMAC, Src: l.ClientIP4, Dst: l.ServerIP4, DontFragment: true,
+		Proto: frame.ProtoUDP, SrcPort: 40000, DstPort: sinkPort, PayloadLen: payloadLen, Literal: true,
 	})
 	if err != nil {
 		return nil, err

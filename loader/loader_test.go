@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/frame"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 
@@ -82,9 +83,9 @@ func TestAttachLockAdoptDetach(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Some state: run the attached program on a frame twice.
-	frame := dataplane.BuildFrame(dataplane.FrameSpec{Src: l.ClientIP4, Dst: l.ServerIP4, Proto: 17, DstPort: 53})
+	pkt := frame.MustBuild(frame.Spec{Src: l.ClientIP4, Dst: l.ServerIP4, Proto: 17, DstPort: 53})
 	for range 2 {
-		if _, err := a.objs.Program().Run(&ebpf.RunOptions{Data: frame}); err != nil {
+		if _, err := a.objs.Program().Run(&ebpf.RunOptions{Data: pkt}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // benchSourceTable is the per-source table of the benchmarks: small, so
@@ -99,7 +100,7 @@ func BenchmarkXDP(b *testing.B) {
 	cpus := mcCPUs(b)
 
 	v6ext := udpTo(srcA6, 53)
-	v6ext.IPv6Ext = []uint8{dataplane.ExtHopByHop, dataplane.ExtDstOpts, dataplane.ExtRouting, dataplane.ExtFragment}
+	v6ext.IPv6Ext = []uint8{frame.ExtHopByHop, frame.ExtDstOpts, frame.ExtRouting, frame.ExtFragment}
 	v6ext.MoreFragments = true
 	passFrame, dropFrame, srcFrame := build(udpTo(srcA4, 53)), build(udpTo(srcA4, 54)), build(udpTo(srcA4, 55))
 	for _, c := range []struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // seedEnv overrides the seed of the randomised tests.
@@ -96,19 +97,19 @@ func (g *frameGen) src(v6 bool) netip.Addr {
 }
 
 func (g *frameGen) frame() []byte {
-	var s dataplane.FrameSpec
+	var s frame.Spec
 	v6 := g.chance(0.5)
 	s.Src = g.src(v6)
 	switch x := g.rng.Float64(); {
 	case x < 0.08:
-		s.VLANs = []uint16{dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021Q)
 	case x < 0.13:
-		s.VLANs = []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q)
 	case x < 0.15:
-		s.VLANs = []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q, dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q, frame.EtherType8021Q)
 	}
 	if g.chance(0.02) {
-		s.EtherType = []uint16{dataplane.EtherTypeARP, 0x88cc, dataplane.EtherTypeIPv4, dataplane.EtherTypeIPv6}[g.pick(4)]
+		s.EtherType = []uint16{frame.EtherTypeARP, 0x88cc, frame.EtherTypeIPv4, frame.EtherTypeIPv6}[g.pick(4)]
 	}
 	portList := []uint16{53, 80, 443, 22, 8005, 1500, 5000, 9999, 7}
 	s.DstPort = portList[g.pick(len(portList))]
@@ -118,20 +119,20 @@ func (g *frameGen) frame() []byte {
 	s.SrcPort = uint16(g.rng.Uint32())
 	switch x := g.rng.Float64(); {
 	case x < 0.35:
-		s.Proto = dataplane.ProtoNumTCP
+		s.Proto = frame.ProtoTCP
 		s.TCPFlags = []uint8{synFlags, synFlags, synAckFlags, ackFlags, ackFlags, uint8(g.rng.Uint32())}[g.pick(6)]
 	case x < 0.7:
-		s.Proto = dataplane.ProtoNumUDP
+		s.Proto = frame.ProtoUDP
 	case x < 0.85:
-		s.Proto = dataplane.ProtoNumICMP
+		s.Proto = frame.ProtoICMP
 		s.ICMPType = []uint8{8, 0, 3, uint8(g.rng.Uint32())}[g.pick(4)]
 		if v6 {
-			s.Proto = dataplane.ProtoNumICMPv6
+			s.Proto = frame.ProtoICMPv6
 			s.ICMPType = []uint8{128, 128, 129, 133, 135, 136, 137, 138, uint8(g.rng.Uint32())}[g.pick(9)]
 		}
 	case x < 0.9:
 		// ICMP of the other family, or ICMPv6 type numbers over IPv4.
-		s.Proto = []uint8{dataplane.ProtoNumICMP, dataplane.ProtoNumICMPv6}[g.pick(2)]
+		s.Proto = []uint8{frame.ProtoICMP, frame.ProtoICMPv6}[g.pick(2)]
 		s.ICMPType = uint8(128 + g.pick(12))
 	default:
 		s.Proto = []uint8{47, 50, 132, 89}[g.pick(4)]
@@ -147,7 +148,7 @@ func (g *frameGen) frame() []byte {
 		s.IPv4OptionWords = 1 + g.pick(10)
 	}
 	if v6 && (g.chance(0.2) || s.FragOffset != 0 || s.MoreFragments) {
-		exts := []uint8{dataplane.ExtHopByHop, dataplane.ExtRouting, dataplane.ExtDstOpts, dataplane.ExtAH, dataplane.ExtFragment}
+		exts := []uint8{frame.ExtHopByHop, frame.ExtRouting, frame.ExtDstOpts, frame.ExtAH, frame.ExtFragment}
 		n := g.pick(4)
 		if g.chance(0.2) {
 			n = 5 + g.pick(3) // around the bound of 6
@@ -156,14 +157,14 @@ func (g *frameGen) frame() []byte {
 			s.IPv6Ext = append(s.IPv6Ext, exts[g.pick(len(exts))])
 		}
 		if s.FragOffset != 0 || s.MoreFragments {
-			s.IPv6Ext = append(s.IPv6Ext, dataplane.ExtFragment)
+			s.IPv6Ext = append(s.IPv6Ext, frame.ExtFragment)
 		}
 	}
 	s.PayloadLen = g.pick(200)
 	if g.chance(0.1) {
 		s.PayloadLen = g.pick(1400)
 	}
-	f := dataplane.BuildFrame(s)
+	f := frame.MustBuild(s)
 	switch x := g.rng.Float64(); {
 	case x < 0.08 && len(f) > 14:
 		f = f[:14+g.pick(len(f)-14)] // truncated somewhere

@@ -7,6 +7,7 @@ import (
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The crafted frames of TestFrames (and the seed corpus of FuzzXDP) are
@@ -23,9 +24,9 @@ func baseSpec() *dataplane.Spec { return corpus.BaseSpec() }
 
 func frameSpecsByName() map[string]*dataplane.Spec { return corpus.Specs() }
 
-func udpTo(src netip.Addr, port uint16) dataplane.FrameSpec { return corpus.UDPTo(src, port) }
+func udpTo(src netip.Addr, port uint16) frame.Spec { return corpus.UDPTo(src, port) }
 
-func build(s dataplane.FrameSpec) []byte { return dataplane.BuildFrame(s) }
+func build(s frame.Spec) []byte { return frame.MustBuild(s) }
 
 const (
 	synFlags    = corpus.SynFlags

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The gates on new connections (conns.h), in the kernel with the fake
@@ -16,13 +17,13 @@ import (
 // sock_ops count, and the circuit breaker's gate from the control loop.
 
 func tcpFrame(flags uint8, src string) []byte {
-	return dataplane.BuildFrame(tcpSpec(flags, src))
+	return frame.MustBuild(tcpSpec(flags, src))
 }
 
-func tcpSpec(flags uint8, src string) dataplane.FrameSpec {
-	return dataplane.FrameSpec{
+func tcpSpec(flags uint8, src string) frame.Spec {
+	return frame.Spec{
 		Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr("10.9.0.1"),
-		Proto: dataplane.ProtoNumTCP, SrcPort: 40000, DstPort: 80, TCPFlags: flags,
+		Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: 80, TCPFlags: flags,
 	}
 }
 
@@ -31,7 +32,7 @@ func tcpSpec(flags uint8, src string) dataplane.FrameSpec {
 func unresettable() []byte {
 	s := tcpSpec(synFlags, "192.0.2.1")
 	s.IPv4OptionWords = 1
-	return dataplane.BuildFrame(s)
+	return frame.MustBuild(s)
 }
 
 func TestConcurrencyGate(t *testing.T) {
@@ -181,18 +182,18 @@ func TestResetReply(t *testing.T) {
 		payload int
 	}{
 		{"IPv4", "192.0.2.1", nil, 0},
-		{"IPv4 in QinQ", "192.0.2.2", []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q}, 0},
+		{"IPv4 in QinQ", "192.0.2.2", []uint16{frame.EtherType8021AD, frame.EtherType8021Q}, 0},
 		{"IPv4 SYN with data", "192.0.2.3", nil, 17},
 		{"IPv6", "2001:db8::1", nil, 0},
-		{"IPv6 tagged, with data", "2001:db8::2", []uint16{dataplane.EtherType8021Q}, 5},
+		{"IPv6 tagged, with data", "2001:db8::2", []uint16{frame.EtherType8021Q}, 5},
 	} {
 		now += second // the reset bucket refills between cases
 		s := tcpSpec(synFlags, c.src)
 		if s.Src.Is6() {
 			s.Dst = netip.MustParseAddr("2001:db8::80")
 		}
-		s.VLANs, s.PayloadLen = c.vlans, c.payload
-		in := dataplane.BuildFrame(s)
+		s.VLANs, s.PayloadLen = frame.Tags(c.vlans...), c.payload
+		in := frame.MustBuild(s)
 		h.model.Eval(in, now) // keep the model's buckets in step
 		ret, out := h.kernelRunOut(t, in, now, 1)
 		if ret != xdpTx {
@@ -218,17 +219,17 @@ func TestResetReply(t *testing.T) {
 				!bytes.Equal(ip[12:16], orig[16:20]) || !bytes.Equal(ip[16:20], orig[12:16]) {
 				t.Errorf("%s: IPv4 header %x", c.name, ip)
 			}
-			if dataplane.OnesSum(0, ip) != 0xffff {
+			if frame.OnesSum(0, ip) != 0xffff {
 				t.Errorf("%s: IPv4 header checksum wrong: %x", c.name, ip)
 			}
-			pseudo = dataplane.OnesSum(0, ip[12:20]) + 6 + 20
+			pseudo = frame.OnesSum(0, ip[12:20]) + 6 + 20
 		} else {
 			ip, orig := out[l3:l4], in[l3:l3+40]
 			if ip[0]>>4 != 6 || binary.BigEndian.Uint16(ip[4:]) != 20 || ip[6] != 6 || ip[7] != 64 ||
 				!bytes.Equal(ip[8:24], orig[24:40]) || !bytes.Equal(ip[24:40], orig[8:24]) {
 				t.Errorf("%s: IPv6 header %x", c.name, ip)
 			}
-			pseudo = dataplane.OnesSum(0, ip[8:40]) + 6 + 20
+			pseudo = frame.OnesSum(0, ip[8:40]) + 6 + 20
 		}
 		tcp, orig := out[l4:], in[l4:l4+20]
 		seq := binary.BigEndian.Uint32(orig[4:])
@@ -237,7 +238,7 @@ func TestResetReply(t *testing.T) {
 			tcp[12] != 5<<4 || tcp[13] != 0x14 {
 			t.Errorf("%s: TCP header %x, want ports swapped, seq 0, ack %d, RST|ACK", c.name, tcp, seq+1+uint32(c.payload))
 		}
-		if dataplane.OnesSum(pseudo, tcp) != 0xffff {
+		if frame.OnesSum(pseudo, tcp) != 0xffff {
 			t.Errorf("%s: TCP checksum wrong: %x", c.name, tcp)
 		}
 	}

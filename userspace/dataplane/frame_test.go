@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 var (
@@ -13,7 +15,7 @@ var (
 	testSrc6 = netip.MustParseAddr("2001:db8:77::7")
 )
 
-// frameLayout is where BuildFrame should have put each header, computed from
+// frameLayout is where frame.Build should have put each header, computed from
 // the spec alone (not from the frame).
 type frameLayout struct {
 	l3, l4, end int  // offsets of the IP header, of the L4 header, and length
@@ -22,7 +24,7 @@ type frameLayout struct {
 	l4Header    int  // length of the L4 header
 }
 
-func layoutOf(s FrameSpec) frameLayout {
+func layoutOf(s frame.Spec) frameLayout {
 	var l frameLayout
 	l.l3 = 14 + 4*len(s.VLANs)
 	switch {
@@ -33,12 +35,12 @@ func layoutOf(s FrameSpec) frameLayout {
 		l.v6 = true
 		l.l4 = l.l3 + 40
 		for _, h := range s.IPv6Ext {
-			if h == ExtAH {
+			if h == frame.ExtAH {
 				l.l4 += 24
 			} else {
 				l.l4 += 8
 			}
-			if h == ExtFragment && s.FragOffset != 0 {
+			if h == frame.ExtFragment && s.FragOffset != 0 {
 				l.fragment = true
 			}
 		}
@@ -47,9 +49,9 @@ func layoutOf(s FrameSpec) frameLayout {
 	}
 	if s.Src.IsValid() && !l.fragment {
 		switch s.Proto {
-		case ProtoNumTCP:
+		case frame.ProtoTCP:
 			l.l4Header = 20
-		case ProtoNumUDP, ProtoNumICMP, ProtoNumICMPv6:
+		case frame.ProtoUDP, frame.ProtoICMP, frame.ProtoICMPv6:
 			l.l4Header = 8
 		}
 	}
@@ -59,10 +61,10 @@ func layoutOf(s FrameSpec) frameLayout {
 
 // wantParse is what Parse must return for a frame built from s, derived
 // from the spec.
-func wantParse(s FrameSpec, frameLen int) (Packet, ParseResult) {
+func wantParse(s frame.Spec, frameLen int) (Packet, ParseResult) {
 	want := Packet{Len: frameLen}
 	if len(s.VLANs) > VLANMax || !s.Src.IsValid() ||
-		s.EtherType != 0 && s.EtherType != EtherTypeIPv4 && s.EtherType != EtherTypeIPv6 {
+		s.EtherType != 0 && s.EtherType != frame.EtherTypeIPv4 && s.EtherType != frame.EtherTypeIPv6 {
 		return want, ParseNotIP
 	}
 	want.Src = s.Src
@@ -75,7 +77,7 @@ func wantParse(s FrameSpec, frameLen int) (Packet, ParseResult) {
 		// stopping early at a non-first fragment header.
 		i := 0
 		for ; i < len(s.IPv6Ext) && i < IPv6ExtMax; i++ {
-			if s.IPv6Ext[i] == ExtFragment && s.FragOffset != 0 {
+			if s.IPv6Ext[i] == frame.ExtFragment && s.FragOffset != 0 {
 				want.Fragment = true
 				if i+1 < len(s.IPv6Ext) {
 					want.L4 = s.IPv6Ext[i+1]
@@ -90,29 +92,29 @@ func wantParse(s FrameSpec, frameLen int) (Packet, ParseResult) {
 	want.Proto = protoClass(int(want.L4))
 	if !want.Fragment {
 		switch s.Proto {
-		case ProtoNumTCP:
+		case frame.ProtoTCP:
 			want.HasPort, want.DstPort = true, s.DstPort
 			want.SYN = s.TCPFlags&0x12 == 0x02
-		case ProtoNumUDP:
+		case frame.ProtoUDP:
 			want.HasPort, want.DstPort = true, s.DstPort
-		case ProtoNumICMPv6:
+		case frame.ProtoICMPv6:
 			want.Exempt = s.ICMPType >= 133 && s.ICMPType <= 137
 		}
 	}
 	return want, ParseOK
 }
 
-// checkFrame checks the bytes BuildFrame wrote against the spec: lengths,
+// checkFrame checks the bytes frame.Build wrote against the spec: lengths,
 // tags, fields and checksums.
-func checkFrame(t *testing.T, s FrameSpec, f []byte) {
+func checkFrame(t *testing.T, s frame.Spec, f []byte) {
 	t.Helper()
 	l := layoutOf(s)
 	if len(f) != l.end {
 		t.Fatalf("frame is %d bytes, want %d", len(f), l.end)
 	}
-	for i, tpid := range s.VLANs {
-		if got := binary.BigEndian.Uint16(f[12+4*i:]); got != tpid {
-			t.Errorf("tag %d: TPID %#x, want %#x", i, got, tpid)
+	for i, tag := range s.VLANs {
+		if got := binary.BigEndian.Uint16(f[12+4*i:]); got != tag.TPID {
+			t.Errorf("tag %d: TPID %#x, want %#x", i, got, tag.TPID)
 		}
 	}
 	et := binary.BigEndian.Uint16(f[l.l3-2:])
@@ -121,7 +123,7 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if et != s.EtherType {
 			t.Errorf("ethertype %#x, want %#x", et, s.EtherType)
 		}
-	case s.Src.Is4() && et != EtherTypeIPv4, s.Src.Is6() && et != EtherTypeIPv6:
+	case s.Src.Is4() && et != frame.EtherTypeIPv4, s.Src.Is6() && et != frame.EtherTypeIPv6:
 		t.Errorf("ethertype %#x for %v", et, s.Src)
 	}
 	if !s.Src.IsValid() {
@@ -139,8 +141,8 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if netip.AddrFrom16([16]byte(ip[8:24])) != s.Src {
 			t.Errorf("IPv6 source %v", netip.AddrFrom16([16]byte(ip[8:24])))
 		}
-		pseudo = OnesSum(OnesSum(0, ip[8:40]), binary.BigEndian.AppendUint32(nil, uint32(len(f)-l.l4)))
-		pseudo = OnesSum(pseudo, []byte{0, 0, 0, s.Proto})
+		pseudo = frame.OnesSum(frame.OnesSum(0, ip[8:40]), binary.BigEndian.AppendUint32(nil, uint32(len(f)-l.l4)))
+		pseudo = frame.OnesSum(pseudo, []byte{0, 0, 0, s.Proto})
 		// Walk the chain by its next-header fields.
 		next, off := ip[6], 40
 		for i, h := range s.IPv6Ext {
@@ -149,9 +151,9 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 			}
 			next = ip[off]
 			switch h {
-			case ExtAH:
+			case frame.ExtAH:
 				off += (int(ip[off+1]) + 2) * 4
-			case ExtFragment:
+			case frame.ExtFragment:
 				fo := binary.BigEndian.Uint16(ip[off+2:])
 				if fo>>3 != s.FragOffset || (fo&1 != 0) != s.MoreFragments {
 					t.Errorf("fragment header offset field %#x", fo)
@@ -169,7 +171,7 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if ip[0]>>4 != 4 || hlen != 20+4*s.IPv4OptionWords {
 			t.Errorf("IPv4 version/IHL byte %#x", ip[0])
 		}
-		if OnesSum(0, ip[:hlen]) != 0xffff {
+		if frame.OnesSum(0, ip[:hlen]) != 0xffff {
 			t.Errorf("IPv4 header checksum does not verify")
 		}
 		if got := int(binary.BigEndian.Uint16(ip[2:])); got != len(f)-l.l3 {
@@ -182,75 +184,75 @@ func checkFrame(t *testing.T, s FrameSpec, f []byte) {
 		if ip[9] != s.Proto || netip.AddrFrom4([4]byte(ip[12:16])) != s.Src {
 			t.Errorf("IPv4 protocol %d source %v", ip[9], netip.AddrFrom4([4]byte(ip[12:16])))
 		}
-		pseudo = OnesSum(OnesSum(0, ip[12:20]), []byte{0, s.Proto})
-		pseudo = OnesSum(pseudo, binary.BigEndian.AppendUint16(nil, uint16(len(f)-l.l4)))
+		pseudo = frame.OnesSum(frame.OnesSum(0, ip[12:20]), []byte{0, s.Proto})
+		pseudo = frame.OnesSum(pseudo, binary.BigEndian.AppendUint16(nil, uint16(len(f)-l.l4)))
 	}
 	if l.l4Header == 0 {
 		return
 	}
 	seg := f[l.l4:]
-	if binary.BigEndian.Uint16(seg[2:]) != s.DstPort && (s.Proto == ProtoNumTCP || s.Proto == ProtoNumUDP) {
+	if binary.BigEndian.Uint16(seg[2:]) != s.DstPort && (s.Proto == frame.ProtoTCP || s.Proto == frame.ProtoUDP) {
 		t.Errorf("destination port %d, want %d", binary.BigEndian.Uint16(seg[2:]), s.DstPort)
 	}
-	if s.Proto == ProtoNumICMP {
+	if s.Proto == frame.ProtoICMP {
 		pseudo = 0
 	}
-	if got := OnesSum(pseudo, seg); got != 0xffff {
+	if got := frame.OnesSum(pseudo, seg); got != 0xffff {
 		t.Errorf("L4 checksum does not verify (sum %#x)", got)
 	}
 }
 
-func frameSpecs() []FrameSpec {
-	var specs []FrameSpec
+func frameSpecs() []frame.Spec {
+	var specs []frame.Spec
 	for _, src := range []netip.Addr{testSrc4, testSrc6} {
-		icmp := uint8(ProtoNumICMP)
+		icmp := frame.ProtoICMP
 		if src.Is6() {
-			icmp = ProtoNumICMPv6
+			icmp = frame.ProtoICMPv6
 		}
 		specs = append(specs,
-			FrameSpec{Src: src, Proto: ProtoNumUDP, SrcPort: 4000, DstPort: 53, PayloadLen: 31},
-			FrameSpec{Src: src, Proto: ProtoNumTCP, DstPort: 80, TCPFlags: 0x02},
-			FrameSpec{Src: src, Proto: ProtoNumTCP, DstPort: 80, TCPFlags: 0x12, PayloadLen: 1},
-			FrameSpec{Src: src, Proto: ProtoNumTCP, DstPort: 443, TCPFlags: 0x10, PayloadLen: 100},
-			FrameSpec{Src: src, Proto: icmp, ICMPType: 8},
-			FrameSpec{Src: src, Proto: 47, PayloadLen: 12},
-			FrameSpec{Src: src, VLANs: []uint16{EtherType8021Q}, Proto: ProtoNumUDP, DstPort: 9},
-			FrameSpec{Src: src, VLANs: []uint16{EtherType8021AD, EtherType8021Q}, Proto: ProtoNumTCP, DstPort: 22, TCPFlags: 0x02},
-			FrameSpec{Src: src, VLANs: []uint16{EtherType8021AD, EtherType8021Q, EtherType8021Q}, Proto: ProtoNumUDP, DstPort: 9},
-			FrameSpec{Src: src, EtherType: EtherTypeARP, Proto: ProtoNumUDP, DstPort: 9},
+			frame.Spec{Src: src, Proto: frame.ProtoUDP, SrcPort: 4000, DstPort: 53, PayloadLen: 31},
+			frame.Spec{Src: src, Proto: frame.ProtoTCP, DstPort: 80, TCPFlags: 0x02},
+			frame.Spec{Src: src, Proto: frame.ProtoTCP, DstPort: 80, TCPFlags: 0x12, PayloadLen: 1},
+			frame.Spec{Src: src, Proto: frame.ProtoTCP, DstPort: 443, TCPFlags: 0x10, PayloadLen: 100},
+			frame.Spec{Src: src, Proto: icmp, ICMPType: 8},
+			frame.Spec{Src: src, Proto: 47, PayloadLen: 12},
+			frame.Spec{Src: src, VLANs: frame.Tags(frame.EtherType8021Q), Proto: frame.ProtoUDP, DstPort: 9},
+			frame.Spec{Src: src, VLANs: frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q), Proto: frame.ProtoTCP, DstPort: 22, TCPFlags: 0x02},
+			frame.Spec{Src: src, VLANs: frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q, frame.EtherType8021Q), Proto: frame.ProtoUDP, DstPort: 9},
+			frame.Spec{Src: src, EtherType: frame.EtherTypeARP, Proto: frame.ProtoUDP, DstPort: 9},
 		)
 	}
 	for _, typ := range []uint8{128, 129, 132, 133, 134, 135, 136, 137, 138} {
-		specs = append(specs, FrameSpec{Src: testSrc6, Proto: ProtoNumICMPv6, ICMPType: typ, PayloadLen: 16})
+		specs = append(specs, frame.Spec{Src: testSrc6, Proto: frame.ProtoICMPv6, ICMPType: typ, PayloadLen: 16})
 	}
 	for w := 0; w <= 10; w++ {
-		specs = append(specs, FrameSpec{Src: testSrc4, IPv4OptionWords: w, Proto: ProtoNumUDP, DstPort: 53, PayloadLen: w})
+		specs = append(specs, frame.Spec{Src: testSrc4, IPv4OptionWords: w, Proto: frame.ProtoUDP, DstPort: 53, PayloadLen: w})
 	}
-	for _, proto := range []uint8{ProtoNumUDP, ProtoNumTCP, ProtoNumICMP, 99} {
+	for _, proto := range []uint8{frame.ProtoUDP, frame.ProtoTCP, frame.ProtoICMP, 99} {
 		specs = append(specs,
-			FrameSpec{Src: testSrc4, Proto: proto, DstPort: 53, MoreFragments: true, PayloadLen: 64},
-			FrameSpec{Src: testSrc4, Proto: proto, DstPort: 53, FragOffset: 185, MoreFragments: true, PayloadLen: 64},
-			FrameSpec{Src: testSrc4, Proto: proto, DstPort: 53, FragOffset: 0x1fff, PayloadLen: 3},
-			FrameSpec{Src: testSrc6, IPv6Ext: []uint8{ExtFragment}, Proto: proto, DstPort: 53, MoreFragments: true, PayloadLen: 64},
-			FrameSpec{Src: testSrc6, IPv6Ext: []uint8{ExtFragment}, Proto: proto, DstPort: 53, FragOffset: 185, PayloadLen: 64},
+			frame.Spec{Src: testSrc4, Proto: proto, DstPort: 53, MoreFragments: true, PayloadLen: 64},
+			frame.Spec{Src: testSrc4, Proto: proto, DstPort: 53, FragOffset: 185, MoreFragments: true, PayloadLen: 64},
+			frame.Spec{Src: testSrc4, Proto: proto, DstPort: 53, FragOffset: 0x1fff, PayloadLen: 3},
+			frame.Spec{Src: testSrc6, IPv6Ext: []uint8{frame.ExtFragment}, Proto: proto, DstPort: 53, MoreFragments: true, PayloadLen: 64},
+			frame.Spec{Src: testSrc6, IPv6Ext: []uint8{frame.ExtFragment}, Proto: proto, DstPort: 53, FragOffset: 185, PayloadLen: 64},
 		)
 	}
 	for _, ext := range [][]uint8{
-		{ExtHopByHop}, {ExtRouting}, {ExtDstOpts}, {ExtAH}, {ExtFragment},
-		{ExtHopByHop, ExtRouting, ExtDstOpts, ExtAH, ExtFragment, ExtDstOpts},
-		{ExtHopByHop, ExtRouting, ExtDstOpts, ExtAH, ExtFragment, ExtDstOpts, ExtDstOpts},
-		{ExtDstOpts, ExtDstOpts, ExtDstOpts, ExtDstOpts, ExtDstOpts, ExtFragment, ExtDstOpts},
+		{frame.ExtHopByHop}, {frame.ExtRouting}, {frame.ExtDstOpts}, {frame.ExtAH}, {frame.ExtFragment},
+		{frame.ExtHopByHop, frame.ExtRouting, frame.ExtDstOpts, frame.ExtAH, frame.ExtFragment, frame.ExtDstOpts},
+		{frame.ExtHopByHop, frame.ExtRouting, frame.ExtDstOpts, frame.ExtAH, frame.ExtFragment, frame.ExtDstOpts, frame.ExtDstOpts},
+		{frame.ExtDstOpts, frame.ExtDstOpts, frame.ExtDstOpts, frame.ExtDstOpts, frame.ExtDstOpts, frame.ExtFragment, frame.ExtDstOpts},
 	} {
 		specs = append(specs,
-			FrameSpec{Src: testSrc6, IPv6Ext: ext, Proto: ProtoNumUDP, DstPort: 53},
-			FrameSpec{Src: testSrc6, IPv6Ext: ext, Proto: ProtoNumTCP, DstPort: 80, TCPFlags: 0x02, FragOffset: 7},
+			frame.Spec{Src: testSrc6, IPv6Ext: ext, Proto: frame.ProtoUDP, DstPort: 53},
+			frame.Spec{Src: testSrc6, IPv6Ext: ext, Proto: frame.ProtoTCP, DstPort: 80, TCPFlags: 0x02, FragOffset: 7},
 		)
 	}
 	specs = append(specs,
-		FrameSpec{EtherType: EtherTypeARP, PayloadLen: 28},
-		FrameSpec{VLANs: []uint16{EtherType8021Q}, EtherType: 0x88cc, PayloadLen: 40},
-		FrameSpec{Src: testSrc4, Dst: netip.MustParseAddr("10.1.2.3"), Proto: ProtoNumUDP, DstPort: 65535, PayloadLen: 1472},
-		FrameSpec{Src: testSrc6, Dst: netip.MustParseAddr("fe80::1"), Proto: ProtoNumUDP, DstPort: 0},
+		frame.Spec{EtherType: frame.EtherTypeARP, PayloadLen: 28},
+		frame.Spec{VLANs: frame.Tags(frame.EtherType8021Q), EtherType: 0x88cc, PayloadLen: 40},
+		frame.Spec{Src: testSrc4, Dst: netip.MustParseAddr("10.1.2.3"), Proto: frame.ProtoUDP, DstPort: 65535, PayloadLen: 1472},
+		frame.Spec{Src: testSrc6, Dst: netip.MustParseAddr("fe80::1"), Proto: frame.ProtoUDP, DstPort: 0},
 	)
 	return specs
 }
@@ -258,7 +260,7 @@ func frameSpecs() []FrameSpec {
 func TestBuildFrameParse(t *testing.T) {
 	for i, s := range frameSpecs() {
 		t.Run(fmt.Sprintf("%d", i), func(t *testing.T) {
-			f := BuildFrame(s)
+			f := frame.MustBuild(s)
 			checkFrame(t, s, f)
 			checkParse(t, s, f)
 		})
@@ -269,13 +271,15 @@ func TestBuildFrameParse(t *testing.T) {
 func TestBuildFrameParseRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	// Not 0: as a next header that is hop-by-hop, which needs a body.
-	protos := []uint8{ProtoNumTCP, ProtoNumUDP, ProtoNumICMP, ProtoNumICMPv6, 47, 132}
-	exts := []uint8{ExtHopByHop, ExtRouting, ExtDstOpts, ExtFragment, ExtAH}
+	protos := []uint8{frame.ProtoTCP, frame.ProtoUDP, frame.ProtoICMP, frame.ProtoICMPv6, 47, 132}
+	exts := []uint8{frame.ExtHopByHop, frame.ExtRouting, frame.ExtDstOpts, frame.ExtFragment, frame.ExtAH}
 	for range 5000 {
-		var s FrameSpec
+		var s frame.Spec
+		var tpids []uint16
 		for range rng.IntN(4) {
-			s.VLANs = append(s.VLANs, []uint16{EtherType8021Q, EtherType8021AD}[rng.IntN(2)])
+			tpids = append(tpids, []uint16{frame.EtherType8021Q, frame.EtherType8021AD}[rng.IntN(2)])
 		}
+		s.VLANs = frame.Tags(tpids...)
 		if rng.IntN(2) == 0 {
 			s.Src = netip.AddrFrom4([4]byte{10, byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))})
 			s.IPv4OptionWords = rng.IntN(11)
@@ -290,7 +294,7 @@ func TestBuildFrameParseRandom(t *testing.T) {
 			}
 		}
 		if rng.IntN(10) == 0 {
-			s.EtherType = []uint16{EtherTypeARP, EtherTypeIPv4, EtherTypeIPv6}[rng.IntN(3)]
+			s.EtherType = []uint16{frame.EtherTypeARP, frame.EtherTypeIPv4, frame.EtherTypeIPv6}[rng.IntN(3)]
 		}
 		if rng.IntN(4) == 0 {
 			s.FragOffset = uint16(rng.IntN(0x2000))
@@ -301,10 +305,10 @@ func TestBuildFrameParseRandom(t *testing.T) {
 		s.TCPFlags = uint8(rng.Uint32())
 		s.ICMPType = uint8(128 + rng.IntN(16))
 		s.PayloadLen = rng.IntN(64)
-		f := BuildFrame(s)
+		f := frame.MustBuild(s)
 		// A mismatched ethertype makes the IP header unparseable as
 		// another family: only check the matched ones.
-		if s.EtherType == EtherTypeIPv4 && !s.Src.Is4() || s.EtherType == EtherTypeIPv6 && !s.Src.Is6() {
+		if s.EtherType == frame.EtherTypeIPv4 && !s.Src.Is4() || s.EtherType == frame.EtherTypeIPv6 && !s.Src.Is6() {
 			continue
 		}
 		checkFrame(t, s, f)
@@ -314,7 +318,7 @@ func TestBuildFrameParseRandom(t *testing.T) {
 
 // checkParse parses f, built from s, and compares the result with what the
 // spec says, header offsets included.
-func checkParse(t *testing.T, s FrameSpec, f []byte) {
+func checkParse(t *testing.T, s frame.Spec, f []byte) {
 	t.Helper()
 	got, res := Parse(f)
 	want, wantRes := wantParse(s, len(f))

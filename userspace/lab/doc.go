@@ -50,7 +50,7 @@
 //     either way on current kernels (veth kernels from before 2016 promoted
 //     them to CHECKSUM_UNNECESSARY when the peer had rx-checksumming on, so
 //     bad checksums passed); switching it off keeps verification on there
-//     too. So frames with correct checksums (BuildFrame)
+//     too. So frames with correct checksums (userspace/frame)
 //     are accepted and frames with wrong ones are dropped
 //     (TestChecksumsVerified).
 //

@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // FloodSpec describes a stream of identical raw frames (except for the source
@@ -29,8 +31,8 @@ type FloodSpec struct {
 	DstPort        uint16
 	SrcPort        uint16 // 0 means 40000
 	PayloadLen     int
-	VLANs          []VLAN  // optional VLAN tags, outermost first
-	Rate           float64 // packets per second; 0 sends as fast as possible
+	VLANs          []frame.VLAN // optional VLAN tags, outermost first
+	Rate           float64      // packets per second; 0 sends as fast as possible
 	Duration       time.Duration
 	Count          int // packets to attempt; Flood ends at Duration or Count, whichever comes first
 	// MaxBurst limits catching up after the sender fell behind (a stall of
@@ -98,11 +100,9 @@ func Flood(ctx context.Context, s FloodSpec) (FloodResult, error) {
 	if srcPort == 0 {
 		srcPort = 40000
 	}
-	frame, lay, err := buildFrame(FrameSpec{
-		SrcMAC: s.SrcMAC, DstMAC: s.DstMAC, VLANs: s.VLANs,
-		Src: src, Dst: s.Dst, Proto: s.Proto,
-		SrcPort: srcPort, DstPort: s.DstPort, PayloadLen: s.PayloadLen,
-	})
+	fs := s
+	fs.Src, fs.SrcPort = src, srcPort
+	tmpl, lay, err := floodFrame(fs)
 	if err != nil {
 		return res, fmt.Errorf("flood: %w", err)
 	}
@@ -121,7 +121,7 @@ func Flood(ctx context.Context, s FloodSpec) (FloodResult, error) {
 	}
 	bufs := make([][]byte, nbuf)
 	for i := range bufs {
-		bufs[i] = append([]byte(nil), frame...)
+		bufs[i] = append([]byte(nil), tmpl...)
 	}
 	iovs := make([]unix.Iovec, floodMaxBatch)
 	msgs := make([]unix.Mmsghdr, floodMaxBatch)
@@ -199,7 +199,7 @@ func Flood(ctx context.Context, s FloodSpec) (FloodResult, error) {
 		}
 		if rnd != nil {
 			for i := range n {
-				lay.setSource(bufs[i], rnd.next())
+				lay.SetSource(bufs[i], rnd.next())
 			}
 		}
 		sent, failed, err := sendBatch(fd, msgs[:n])

@@ -19,6 +19,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 func needRoot(t *testing.T) {
@@ -306,7 +308,7 @@ func TestFloodCount(t *testing.T) {
 	if _, err := Flood(context.Background(), spec); err == nil {
 		t.Errorf("unbounded flood without cancellable context accepted")
 	}
-	spec.Count, spec.Proto = 1, ProtoTCP
+	spec.Count, spec.Proto = 1, "tcp" // TCP other than a lone SYN needs a connection
 	if _, err := Flood(context.Background(), spec); err == nil {
 		t.Errorf("flood with protocol %q accepted", spec.Proto)
 	}
@@ -493,10 +495,10 @@ func TestChecksumsVerified(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ListenUDPCounter: %v", err)
 		}
-		good, err := BuildFrame(FrameSpec{SrcMAC: spec.SrcMAC, DstMAC: spec.DstMAC, Src: spec.Src, Dst: spec.Dst,
-			SrcPort: 1000, DstPort: 9004, Payload: []byte("hello")})
+		good, err := frame.Build(frame.Spec{SrcMAC: spec.SrcMAC, DstMAC: spec.DstMAC, Src: spec.Src, Dst: spec.Dst,
+			DontFragment: true, Proto: frame.ProtoUDP, SrcPort: 1000, DstPort: 9004, Payload: []byte("hello"), Literal: true})
 		if err != nil {
-			t.Fatalf("BuildFrame: %v", err)
+			t.Fatalf("frame.Build: %v", err)
 		}
 		bad := append([]byte(nil), good...)
 		bad[len(bad)-1] ^= 0xff // payload changed, checksum not
@@ -601,7 +603,7 @@ func TestStackChecksumsComplete(t *testing.T) {
 		if sll, ok := from.(*unix.SockaddrLinklayer); !ok || sll.Pkttype == unix.PACKET_OUTGOING {
 			continue // only frames arriving from the client
 		}
-		if n < 14+20 || buf[12] != 0x08 || buf[13] != 0x00 || buf[14+9] != protoNumTCP {
+		if n < 14+20 || buf[12] != 0x08 || buf[13] != 0x00 || buf[14+9] != frame.ProtoTCP {
 			continue
 		}
 		verifyFrame(t, buf[:n], 0)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // Sources of the corpus frames, by the lists of BaseSpec they are in.
@@ -112,25 +113,25 @@ func admit(name string) RuleWant {
 }
 
 // UDPTo is a UDP datagram with 32 bytes of payload from src to port.
-func UDPTo(src netip.Addr, port uint16) dataplane.FrameSpec {
-	return dataplane.FrameSpec{Src: src, Proto: dataplane.ProtoNumUDP, SrcPort: 40000, DstPort: port, PayloadLen: 32}
+func UDPTo(src netip.Addr, port uint16) frame.Spec {
+	return frame.Spec{Src: src, Proto: frame.ProtoUDP, SrcPort: 40000, DstPort: port, PayloadLen: 32}
 }
 
 // TCPTo is a TCP segment with the given flags from src to port.
-func TCPTo(src netip.Addr, port uint16, flags uint8) dataplane.FrameSpec {
-	return dataplane.FrameSpec{Src: src, Proto: dataplane.ProtoNumTCP, SrcPort: 40000, DstPort: port, TCPFlags: flags}
+func TCPTo(src netip.Addr, port uint16, flags uint8) frame.Spec {
+	return frame.Spec{Src: src, Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: port, TCPFlags: flags}
 }
 
 // ICMPOf is an ICMP (IPv4 source) or ICMPv6 (IPv6 source) message of a type.
-func ICMPOf(src netip.Addr, typ uint8) dataplane.FrameSpec {
-	p := uint8(dataplane.ProtoNumICMP)
+func ICMPOf(src netip.Addr, typ uint8) frame.Spec {
+	p := frame.ProtoICMP
 	if src.Is6() {
-		p = dataplane.ProtoNumICMPv6
+		p = frame.ProtoICMPv6
 	}
-	return dataplane.FrameSpec{Src: src, Proto: p, ICMPType: typ, PayloadLen: 24}
+	return frame.Spec{Src: src, Proto: p, ICMPType: typ, PayloadLen: 24}
 }
 
-func build(s dataplane.FrameSpec) []byte { return dataplane.BuildFrame(s) }
+func build(s frame.Spec) []byte { return frame.MustBuild(s) }
 
 // edit returns a copy of f changed by fn.
 func edit(f []byte, fn func(b []byte)) []byte {
@@ -173,13 +174,13 @@ func Cases() []Case {
 		pass(fam+"udp to limited port", build(UDPTo(src, 53)), adm, admit("dns"))
 		pass(fam+"udp to unlimited port", build(UDPTo(src, 54)), noRule)
 		s := UDPTo(src, 53)
-		s.VLANs = []uint16{dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021Q)
 		pass(fam+"vlan", build(s), adm, admit("dns"))
-		s.VLANs = []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q)
 		pass(fam+"qinq", build(s), adm, admit("dns"))
-		s.VLANs = []uint16{dataplane.EtherType8021Q, dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021Q, frame.EtherType8021Q)
 		pass(fam+"two 802.1q tags", build(s), adm, admit("dns"))
-		s.VLANs = []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q, dataplane.EtherType8021Q}
+		s.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q, frame.EtherType8021Q)
 		pass(fam+"three tags: not ip", build(s), dataplane.ReasonNotIP)
 		add(Case{Name: fam + "three tags: not ip, even with malformed pass", Spec: "malformed-pass",
 			Frame: build(s), Pass: true, Reason: dataplane.ReasonNotIP})
@@ -273,7 +274,7 @@ func Cases() []Case {
 		Pre: [][]byte{build(ICMPOf(SrcA4, 8))}, Frame: build(icmpFrag), Reason: dataplane.ReasonRule,
 		Rules: []RuleWant{{"icmp", dataplane.VerdictDrop, dataplane.ReasonRule}}})
 	v6first := UDPTo(SrcA6, 53)
-	v6first.IPv6Ext, v6first.MoreFragments = []uint8{dataplane.ExtFragment}, true
+	v6first.IPv6Ext, v6first.MoreFragments = []uint8{frame.ExtFragment}, true
 	v6later := v6first
 	v6later.FragOffset = 185
 	for _, f := range []struct {
@@ -312,11 +313,11 @@ func Cases() []Case {
 		name string
 		ext  []uint8
 	}{
-		{"hop-by-hop", []uint8{dataplane.ExtHopByHop}},
-		{"routing", []uint8{dataplane.ExtRouting}},
-		{"destination options", []uint8{dataplane.ExtDstOpts}},
-		{"ah", []uint8{dataplane.ExtAH}},
-		{"first fragment", []uint8{dataplane.ExtFragment}},
+		{"hop-by-hop", []uint8{frame.ExtHopByHop}},
+		{"routing", []uint8{frame.ExtRouting}},
+		{"destination options", []uint8{frame.ExtDstOpts}},
+		{"ah", []uint8{frame.ExtAH}},
+		{"first fragment", []uint8{frame.ExtFragment}},
 		{"chain of 6", []uint8{0, 43, 60, 51, 44, 60}},
 		{"chain of 6 ending in a first fragment", []uint8{60, 60, 60, 60, 60, 44}},
 	} {
@@ -328,7 +329,7 @@ func Cases() []Case {
 		pass("ipv6 "+e.name+" tcp syn", build(t), adm, admit("web-syn"))
 	}
 	nf := UDPTo(SrcA6, 53)
-	nf.IPv6Ext, nf.FragOffset = []uint8{dataplane.ExtFragment}, 100
+	nf.IPv6Ext, nf.FragOffset = []uint8{frame.ExtFragment}, 100
 	pass("ipv6 non-first fragment, no portless rule", build(nf), noRule)
 	nf.IPv6Ext = []uint8{60, 60, 60, 60, 60, 44, 60}
 	pass("ipv6 chain of 7 cut short by a non-first fragment", build(nf), noRule)
@@ -346,7 +347,7 @@ func Cases() []Case {
 	v4 := build(UDPTo(SrcA4, 53))
 	v6 := build(UDPTo(SrcA6, 53))
 	vlan := UDPTo(SrcA4, 53)
-	vlan.VLANs = []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q}
+	vlan.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q)
 	opts := UDPTo(SrcA4, 53)
 	opts.IPv4OptionWords = 4
 	ext := func(e uint8) []byte {
@@ -372,14 +373,14 @@ func Cases() []Case {
 		{"ipv4 version 6", edit(v4, func(b []byte) { b[14] = 0x65 }), dataplane.ReasonMalformedL3},
 		{"ipv6 header cut", cut(v6, 14+39), dataplane.ReasonMalformedL3},
 		{"ipv6 version 4", edit(v6, func(b []byte) { b[14] = 0x40 }), dataplane.ReasonMalformedL3},
-		{"ipv6 ext header start cut", cut(ext(dataplane.ExtHopByHop), l4v6+1), dataplane.ReasonMalformedL3},
-		{"ipv6 hop-by-hop cut", cut(ext(dataplane.ExtHopByHop), l4v6+7), dataplane.ReasonMalformedL3},
-		{"ipv6 routing cut", cut(ext(dataplane.ExtRouting), l4v6+4), dataplane.ReasonMalformedL3},
-		{"ipv6 destination options cut", cut(ext(dataplane.ExtDstOpts), l4v6+2), dataplane.ReasonMalformedL3},
-		{"ipv6 ah cut", cut(ext(dataplane.ExtAH), l4v6+23), dataplane.ReasonMalformedL3},
-		{"ipv6 fragment header cut", cut(ext(dataplane.ExtFragment), l4v6+7), dataplane.ReasonMalformedL3},
+		{"ipv6 ext header start cut", cut(ext(frame.ExtHopByHop), l4v6+1), dataplane.ReasonMalformedL3},
+		{"ipv6 hop-by-hop cut", cut(ext(frame.ExtHopByHop), l4v6+7), dataplane.ReasonMalformedL3},
+		{"ipv6 routing cut", cut(ext(frame.ExtRouting), l4v6+4), dataplane.ReasonMalformedL3},
+		{"ipv6 destination options cut", cut(ext(frame.ExtDstOpts), l4v6+2), dataplane.ReasonMalformedL3},
+		{"ipv6 ah cut", cut(ext(frame.ExtAH), l4v6+23), dataplane.ReasonMalformedL3},
+		{"ipv6 fragment header cut", cut(ext(frame.ExtFragment), l4v6+7), dataplane.ReasonMalformedL3},
 		{"ipv6 hop-by-hop longer than the frame",
-			edit(ext(dataplane.ExtHopByHop), func(b []byte) { b[l4v6+1] = 200 }), dataplane.ReasonMalformedL3},
+			edit(ext(frame.ExtHopByHop), func(b []byte) { b[l4v6+1] = 200 }), dataplane.ReasonMalformedL3},
 		{"ipv4 tcp cut", cut(t4, l4v4+19), dataplane.ReasonMalformedL4},
 		{"ipv6 tcp cut", cut(t6, l4v6+12), dataplane.ReasonMalformedL4},
 		{"ipv4 tcp doff 4", edit(t4, func(b []byte) { b[l4v4+12] = 0x40 }), dataplane.ReasonMalformedL4},
@@ -419,8 +420,8 @@ func Cases() []Case {
 		{"ipv4 udp length longer than the datagram", setLen(v4, l4v4+4, 0xffff)},
 		{"ipv4 udp length shorter than its header", setLen(v4, l4v4+4, 4)},
 		{"ipv6 udp length longer than the datagram", setLen(v6, l4v6+4, 1000)},
-		{"ipv4 udp without payload", build(func() dataplane.FrameSpec { s := UDPTo(SrcA4, 53); s.PayloadLen = 0; return s }())},
-		{"ipv6 udp without payload", build(func() dataplane.FrameSpec { s := UDPTo(SrcA6, 53); s.PayloadLen = 0; return s }())},
+		{"ipv4 udp without payload", build(func() frame.Spec { s := UDPTo(SrcA4, 53); s.PayloadLen = 0; return s }())},
+		{"ipv6 udp without payload", build(func() frame.Spec { s := UDPTo(SrcA6, 53); s.PayloadLen = 0; return s }())},
 	} {
 		pass(l.name, l.frame, adm, admit("dns"))
 	}
@@ -442,15 +443,15 @@ func Cases() []Case {
 	}
 	// An IPv6 extension chain of 8 (past the bound of 6) behind QinQ.
 	q8 := UDPTo(SrcA6, 53)
-	q8.VLANs = []uint16{dataplane.EtherType8021AD, dataplane.EtherType8021Q}
+	q8.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q)
 	q8.IPv6Ext = []uint8{0, 60, 60, 60, 60, 60, 60, 60}
 	add(Case{Name: "qinq ipv6 chain of 8", Frame: build(q8), Reason: dataplane.ReasonExtLimit})
 
 	// Not IP.
-	pass("arp", build(dataplane.FrameSpec{EtherType: dataplane.EtherTypeARP, PayloadLen: 28}), dataplane.ReasonNotIP)
-	pass("arp in a vlan", build(dataplane.FrameSpec{VLANs: []uint16{dataplane.EtherType8021Q},
-		EtherType: dataplane.EtherTypeARP, PayloadLen: 28}), dataplane.ReasonNotIP)
-	pass("ethernet header only", build(dataplane.FrameSpec{EtherType: 0x88cc}), dataplane.ReasonNotIP)
+	pass("arp", build(frame.Spec{EtherType: frame.EtherTypeARP, PayloadLen: 28}), dataplane.ReasonNotIP)
+	pass("arp in a vlan", build(frame.Spec{VLANs: frame.Tags(frame.EtherType8021Q),
+		EtherType: frame.EtherTypeARP, PayloadLen: 28}), dataplane.ReasonNotIP)
+	pass("ethernet header only", build(frame.Spec{EtherType: 0x88cc}), dataplane.ReasonNotIP)
 
 	// Allow and deny lists.
 	for _, src := range []netip.Addr{Allow4, Allow6} {
@@ -461,10 +462,10 @@ func Cases() []Case {
 	pass("allowlisted v4 with tcp cut", cut(build(TCPTo(Allow4, 80, SynFlags)), l4v4+10), dataplane.ReasonAllow)
 	pass("allowlisted v6 with udp cut", cut(build(UDPTo(Allow6, 53)), l4v6+3), dataplane.ReasonAllow)
 	pass("allowlisted v6 with ext header cut",
-		cut(build(func() dataplane.FrameSpec { s := UDPTo(Allow6, 53); s.IPv6Ext = []uint8{0}; return s }()), l4v6+4),
+		cut(build(func() frame.Spec { s := UDPTo(Allow6, 53); s.IPv6Ext = []uint8{0}; return s }()), l4v6+4),
 		dataplane.ReasonAllow)
 	pass("allowlisted v6 with ext chain of 7",
-		build(func() dataplane.FrameSpec {
+		build(func() frame.Spec {
 			s := UDPTo(Allow6, 53)
 			s.IPv6Ext = []uint8{0, 60, 60, 60, 60, 60, 60}
 			return s
@@ -491,6 +492,6 @@ func Cases() []Case {
 	pass("sources, unlisted source", build(TCPTo(SrcA4, 22, SynFlags)), noRule)
 
 	// Other IP protocols match no rule here.
-	pass("gre", build(dataplane.FrameSpec{Src: SrcA4, Proto: 47, PayloadLen: 20}), noRule)
+	pass("gre", build(frame.Spec{Src: SrcA4, Proto: 47, PayloadLen: 20}), noRule)
 	return cs
 }
