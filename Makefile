@@ -29,7 +29,8 @@ help: ## Show this help.
 # Debian 12 packages the build and the tests need (what .ci/run installs).
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
 	netsniff-ng nftables iptables bpftool make git ca-certificates systemd vagrant \
-	qemu-system-x86 busybox-static redis-server
+	qemu-system-x86 busybox-static redis-server \
+	prometheus mmdebstrap systemd-container lintian
 
 .PHONY: deps
 deps: ## Install the Debian/Ubuntu packages the build and tests need (root).

@@ -85,7 +85,7 @@ type RuleControl struct {
 // NewCollector returns a collector. nowNS reads the clock that the kernel's
 // deadlines use (CLOCK_MONOTONIC).
 func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
-	return &Collector{
+	c := &Collector{
 		targets: targets,
 		nowNS:   nowNS,
 		packets: prometheus.NewDesc("xlimit_packets_total",
@@ -154,6 +154,11 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 14),
 		}),
 	}
+	// Both results exist from the start at 0, so that the first failure is
+	// an increase that alerts (deploy/prometheus) and rate() can see.
+	c.reloads.WithLabelValues("success")
+	c.reloads.WithLabelValues("failure")
+	return c
 }
 
 // ObserveTick records a control tick: its duration (an overrun when longer
