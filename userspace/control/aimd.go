@@ -29,11 +29,17 @@ const (
 	// ActionHoldCPU: L below the target but CPU usage at or above CPUHigh.
 	ActionHoldCPU
 	// ActionHoldIdle: L below the target but the rule uses less than half
-	// of R; raising an unused rate would let the next spike through.
+	// of R; raising an unused rate would let the next spike through. For
+	// Track: the queue at or below the target and nothing refused.
 	ActionHoldIdle
+	// ActionTrack (Track): the queue is not empty; R = μ + (target·μ − q)/τ.
+	ActionTrack
+	// ActionProbe (Track): the queue is empty and the rule refuses traffic;
+	// R grows by the factor 1 + target/τ.
+	ActionProbe
 )
 
-var actionNames = [...]string{"hold_stale", "cut_errors", "decrease", "increase", "hold_cpu", "hold_idle"}
+var actionNames = [...]string{"hold_stale", "cut_errors", "decrease", "increase", "hold_cpu", "hold_idle", "track", "probe"}
 
 func (a Action) String() string {
 	if int(a) < len(actionNames) {

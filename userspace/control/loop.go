@@ -36,6 +36,9 @@ type RuleSpec struct {
 	// MaxQueueingTime is a warm_up_paced rule's pacing bound.
 	MaxQueueingTime time.Duration
 	Adaptive        *AIMDParams
+	// Law is an adaptive rule's law (LawTrack unless the rules file asks
+	// for aimd).
+	Law Law
 	// Signal names what steers an adaptive rule (reported per tick).
 	Signal  string
 	SynOnly bool
@@ -109,7 +112,9 @@ type Loop struct {
 
 	// System protection (docs/design.md §5.6): while the host's CPU usage is at
 	// or above system.CPUHigh, new-connection (SYN-only) rules are capped
-	// at the best completion rate they showed over the last peakSeconds.
+	// at the best rate their service completed work over the last
+	// peakSeconds (the sampler's service rate; the admitted count where
+	// none is read).
 	system *SystemParams
 	cpu    func() (usage float64, fresh bool)
 }
@@ -123,6 +128,7 @@ type ruleState struct {
 	targets []Target
 	warm    *WarmUp
 	aimd    *AIMD
+	track   *Track
 	breaker *Breaker
 
 	primed      bool
@@ -135,6 +141,11 @@ type ruleState struct {
 	prevSecPass uint64              // passed units in the previous whole second
 	peaks       [peakSeconds]uint64 // passed units of the last whole seconds
 	peakNext    int
+	lastSeen    uint64               // packets seen at the last tick
+	served      float64              // units the service took, summed over ticks (service rate × dt)
+	secServed   float64              // served at the start of the current second
+	servedPeaks [peakSeconds]float64 // units served in the last whole seconds
+	haveServed  bool                 // a service rate was read this second or before
 	rate, burst float64
 	state       string
 	latency     time.Duration
@@ -197,11 +208,20 @@ func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
 			}
 			st.warm = w
 		case BehaviorAdaptive:
-			a, err := NewAIMD(*spec.Adaptive, spec.Rate)
+			if spec.Law == LawAIMD {
+				a, err := NewAIMD(*spec.Adaptive, spec.Rate)
+				if err != nil {
+					return fmt.Errorf("configure rule %s: %w", spec.Name, err)
+				}
+				st.aimd = a
+				break
+			}
+			p := spec.Adaptive
+			tr, err := NewTrack(TrackParams{TargetLatency: p.TargetLatency, MinRate: p.MinRate, MaxRate: p.MaxRate, ErrorThreshold: p.ErrorThreshold}, spec.Rate)
 			if err != nil {
 				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
 			}
-			st.aimd = a
+			st.track = tr
 		}
 		if spec.CircuitBreaker != nil {
 			b, err := NewBreaker(*spec.CircuitBreaker, l.clock.Now())
@@ -247,7 +267,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	sec := now.Unix()
 	if !r.primed {
 		r.primed, r.second, r.secPass, r.secSeen, r.prevSecSeen = true, sec, pass, seen, seen
-		r.lastTick, r.lastPass = now, pass
+		r.lastTick, r.lastPass, r.lastSeen = now, pass, seen
 	}
 	if sec != r.second {
 		// The previous whole second's count; after a gap of several
@@ -260,16 +280,41 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			r.prevSecSeen = r.secSeen
 		}
 		r.peaks[r.peakNext] = r.prevSecPass
+		r.servedPeaks[r.peakNext] = 0
+		if sec == r.second+1 {
+			r.servedPeaks[r.peakNext] = r.served - r.secServed
+		}
+		r.secServed = r.served
 		r.peakNext = (r.peakNext + 1) % peakSeconds
 		r.second, r.secPass, r.secSeen = sec, pass, seen
 	}
-	dt := now.Sub(r.lastTick).Seconds()
-	used := 0.0
+	elapsed := now.Sub(r.lastTick)
+	dt := elapsed.Seconds()
+	used, demand := 0.0, 0.0
 	if dt > 0 {
 		used = float64(pass-r.lastPass) / dt
+		demand = float64(seen-r.lastSeen) / dt
 	}
 	admitted := pass - r.lastPass
-	r.lastTick, r.lastPass = now, pass
+	r.lastTick, r.lastPass, r.lastSeen = now, pass, seen
+
+	// The signals, for an adaptive rule and for the service rate that
+	// system protection caps a rule at.
+	var sig Signals
+	sampled := false
+	if l.sampler != nil && (r.aimd != nil || r.track != nil || (l.system != nil && r.spec.SynOnly)) {
+		sig, sampled = l.sampler.Sample(&r.spec, used), true
+		if r.spec.Bytes {
+			// The demand in bytes is not counted (the seen counter
+			// counts packets): unknown.
+			demand = 0
+		}
+		sig.Demand = demand
+		if sig.HasServiceRate && sig.ServiceRate >= 0 && dt > 0 {
+			r.served += sig.ServiceRate * dt
+			r.haveServed = true
+		}
+	}
 
 	rate, burst := r.rate, r.burst
 	switch {
@@ -289,12 +334,16 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		if r.spec.Behavior == BehaviorWarmUpPaced {
 			burst = PacedBurst(rate, r.spec.MaxQueueingTime)
 		}
-	case r.aimd != nil:
-		sig := Signals{LatencyStale: true, ErrorsStale: true, CPUStale: true, UsedRate: used}
-		if l.sampler != nil {
-			sig = l.sampler.Sample(&r.spec, used)
+	case r.aimd != nil, r.track != nil:
+		if !sampled {
+			sig = Signals{LatencyStale: true, ErrorsStale: true, CPUStale: true, UsedRate: used, Demand: demand}
 		}
-		step := r.aimd.Step(sig)
+		var step Step
+		if r.aimd != nil {
+			step = r.aimd.Step(sig)
+		} else {
+			step = r.track.Step(sig, elapsed)
+		}
 		rate = step.Rate
 		burst = r.spec.Burst * rate / r.spec.Rate
 		r.state, r.latency = step.Action.String(), step.Smoothed
@@ -306,7 +355,13 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		// connections faster than the best rate the service completed
 		// lately, while the host is overloaded.
 		if usage, fresh := l.cpu(); fresh && usage >= l.system.CPUHigh {
+			// Completed work, not admitted work: under a flood that
+			// saturates the rule the admitted count is the rate itself
+			// and a cap at it never engages.
 			capacity := float64(slices.Max(r.peaks[:]))
+			if r.haveServed {
+				capacity = math.Floor(slices.Max(r.servedPeaks[:]))
+			}
 			if capacity >= 1 && capacity < rate {
 				burst *= capacity / rate
 				rate = capacity
@@ -320,7 +375,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	if r.breaker != nil {
 		gate = l.stepBreaker(r, admitted, now, &rep)
 	}
-	if r.warm == nil && r.aimd == nil && r.state != "system_capped" {
+	if r.warm == nil && r.aimd == nil && r.track == nil && r.state != "system_capped" {
 		r.state = "static"
 		if r.breaker != nil {
 			r.state = rep.Breaker
@@ -329,7 +384,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	if !r.spec.Bytes {
 		burst = math.Max(burst, 1)
 	}
-	if r.warm == nil && r.aimd == nil {
+	if r.warm == nil && r.aimd == nil && r.track == nil {
 		// A static rule steered only by system protection or its breaker
 		// keeps its own rate whenever the host is not overloaded.
 		r.rate, r.burst = r.spec.Rate, r.spec.Burst

@@ -157,7 +157,7 @@ func TestLoopAdaptive(t *testing.T) {
 	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, s)
 	ad := AIMDParams{TargetLatency: 25 * time.Millisecond, MinRate: 1000, MaxRate: 12000,
 		KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05}
-	spec := RuleSpec{Name: "a", Behavior: BehaviorAdaptive, Rate: 4000, Burst: 4000, Adaptive: &ad, Signal: "accept_queue"}
+	spec := RuleSpec{Name: "a", Behavior: BehaviorAdaptive, Rate: 4000, Burst: 4000, Adaptive: &ad, Signal: "accept_queue", Law: LawAIMD}
 	if err := loop.Configure([]RuleSpec{spec}, map[string][]Target{"a": {{Kernel: k, Slot: 1, Epoch: 9}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +242,87 @@ func TestLoopSystemProtection(t *testing.T) {
 	fresh = false
 	if r := loop.Tick().Rules[0]; r.Rate != 1000 {
 		t.Errorf("stale CPU reading: %+v, want the rule's own rate", r)
+	}
+}
+
+// The default adaptive law tracks the service rate the sampler reads: the
+// loop gives it the demand from the kernel's counters (passed + dropped)
+// and the tick's length, and writes its rate. A saturated service of
+// 1000/s with a queue above the target is cut below 1000/s at once.
+func TestLoopTrack(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	s := &recordingSampler{sig: Signals{Latency: 0, HasQueue: true, QueueDepth: 0, ServiceRate: 1000, HasServiceRate: true}}
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, s)
+	ad := AIMDParams{TargetLatency: 25 * time.Millisecond, MinRate: 100, MaxRate: 12000,
+		KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05}
+	spec := RuleSpec{Name: "a", Behavior: BehaviorAdaptive, Rate: 1000, Burst: 100, Adaptive: &ad, Signal: "accept_queue", SynOnly: true}
+	if err := loop.Configure([]RuleSpec{spec}, map[string][]Target{"a": {{Kernel: k, Slot: 1, Epoch: 9}}}); err != nil {
+		t.Fatal(err)
+	}
+	loop.Tick()
+	// 50 passed and 100 dropped in 50 ms: demand 3000/s, used 1000/s;
+	// an empty queue: probe.
+	k.admit(1, 50)
+	clock.Advance(50 * time.Millisecond)
+	r := loop.Tick().Rules[0]
+	if math.Abs(s.last.Demand-3000) > 1e-6 || r.State != "probe" || r.Rate <= 1000 {
+		t.Errorf("probe: %+v, demand %v", r, s.last.Demand)
+	}
+	// A queue of 50 at 1000/s, target queue 25: R = 1000 − 25/0.075.
+	s.sig.QueueDepth, s.sig.Latency = 50, 50*time.Millisecond
+	k.admit(1, 50)
+	clock.Advance(50 * time.Millisecond)
+	r = loop.Tick().Rules[0]
+	if want := 1000 - 25/0.075; r.State != "track" || math.Abs(r.Rate-want) > 1e-6 || math.Abs(k.limits[1].Bucket.Rate()-want) > 1e-3 {
+		t.Errorf("track: %+v (kernel %v), want %.1f", r, k.limits[1].Bucket.Rate(), want)
+	}
+}
+
+type recordingSampler struct{ sig, last Signals }
+
+func (f *recordingSampler) Sample(_ *RuleSpec, used float64) Signals {
+	s := f.sig
+	s.UsedRate = used
+	f.last = s
+	return s
+}
+
+// System protection on completed work: a flood saturates a static
+// new-connection rule at its rate (1000 admitted a second) while the
+// service completes only 400 a second. A cap at the best admitted count
+// would be 1000 and never engage; the cap at the best service rate is
+// 400. Without a service rate the loop falls back to the admitted count.
+func TestLoopSystemProtectionOnCompletedWork(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	s := &recordingSampler{sig: Signals{LatencyStale: true, ServiceRate: 300, HasServiceRate: true}}
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, s)
+	cpu := 0.3
+	loop.SetSystem(&SystemParams{CPUHigh: 0.8}, func() (float64, bool) { return cpu, true })
+	spec := RuleSpec{Name: "syn", Behavior: BehaviorReject, Rate: 1000, Burst: 100, SynOnly: true}
+	if err := loop.Configure([]RuleSpec{spec}, map[string][]Target{"syn": {{Kernel: k, Slot: 0, Epoch: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, served := range []float64{300, 400, 250} {
+		s.sig.ServiceRate = served
+		for range 20 {
+			k.admit(0, 50) // 1000/s: the rule's whole rate
+			loop.Tick()
+			clock.Advance(50 * time.Millisecond)
+		}
+	}
+	if r := loop.Tick().Rules[0]; r.Rate != 1000 || r.State != "static" {
+		t.Fatalf("healthy host: %+v", r)
+	}
+	cpu = 0.95
+	r := loop.Tick().Rules[0]
+	if r.State != "system_capped" || math.Abs(r.Rate-400) > 1 {
+		t.Errorf("overloaded host: %+v, want capped at the 400/s completed", r)
+	}
+	cpu = 0.3
+	if r := loop.Tick().Rules[0]; r.Rate != 1000 || r.State != "static" {
+		t.Errorf("host healthy again: %+v", r)
 	}
 }
 

@@ -10,7 +10,18 @@ const (
 	BehaviorWarmUp                      // Sentinel's warm-up curve
 	BehaviorPaced                       // static pacing, nothing to steer
 	BehaviorWarmUpPaced                 // warm-up curve with a pacing burst
-	BehaviorAdaptive                    // AIMD on queueing latency
+	BehaviorAdaptive                    // capacity tracking (or AIMD) on queueing latency
+)
+
+// Law is the law of an adaptive rule.
+type Law uint8
+
+const (
+	// LawTrack tracks the measured service rate and holds the queueing
+	// delay at the target (Track); the default.
+	LawTrack Law = iota
+	// LawAIMD is docs/design.md §5.4's AIMD on the smoothed latency.
+	LawAIMD
 )
 
 // WarmUpParams is a warm-up rule's curve.
@@ -19,7 +30,9 @@ type WarmUpParams struct {
 	ColdFactor float64
 }
 
-// AIMDParams are the gains and bounds of the adaptive law.
+// AIMDParams are the target, bounds and gains of an adaptive rule. Track
+// reads TargetLatency, MinRate, MaxRate and ErrorThreshold of them; the
+// gains are AIMD's.
 type AIMDParams struct {
 	TargetLatency    time.Duration
 	MinRate, MaxRate float64

@@ -19,7 +19,8 @@ const maxWarmUpTokens = 1 << 53
 //	maxToken     = warningToken + (int)(2·T·count / (1 + c))
 //	slope        = (c − 1) / count / (maxToken − warningToken)
 //
-// The stored tokens start at maxToken (cold). Once per wall-clock second
+// The stored tokens start at maxToken (cold), or at 0 when warningToken is
+// 0, which is the state Sentinel's first sync leaves. Once per wall-clock second
 // (Sentinel's syncToken, run by the first request of each second) they
 // refill as Sentinel's coolDownTokens does, by (now − lastFilled) ms ×
 // count / 1000, truncated, when they are below warningToken, and when they
@@ -81,6 +82,14 @@ func NewWarmUp(count float64, period time.Duration, coldFactor float64) (*WarmUp
 	w.slope = (coldFactor - 1.0) / count / float64(w.maxToken-w.warningToken)
 	w.coolThreshold = floorDiv(math.Trunc(count), coldFactor)
 	w.stored = w.maxToken
+	if w.warningToken == 0 {
+		// Sentinel starts with 0 stored tokens and its first sync fills the
+		// bucket only from below the warning line: with the line at 0 the
+		// bucket stays empty, on the line, and Sentinel passes count from
+		// the start (there is no warm-up to speak of). Starting full here
+		// would allow count / c and block Sentinel's requests.
+		w.stored = 0
+	}
 	return w, nil
 }
 

@@ -319,3 +319,95 @@ func TestNewWarmUpRejects(t *testing.T) {
 		})
 	}
 }
+
+// sentinelWarmUp is a reference model of Sentinel's WarmUpController state
+// for an integral period and cold factor: stored tokens starting at 0 and
+// lastFilledTime at 0, synced by the first request of each second.
+type sentinelWarmUp struct {
+	count              float64
+	cold               int64
+	warning, max       int64
+	slope              float64
+	stored, lastFilled int64
+}
+
+func newSentinelWarmUp(count float64, periodSec, cold int64) *sentinelWarmUp {
+	s := &sentinelWarmUp{count: count, cold: cold}
+	s.warning = int64(float64(periodSec)*count) / (cold - 1)
+	s.max = s.warning + int64(2*float64(periodSec)*count/(1.0+float64(cold)))
+	s.slope = (float64(cold) - 1.0) / count / float64(s.max-s.warning)
+	return s
+}
+
+func (s *sentinelWarmUp) canPass(nowMs int64, acquire, passQps, prevQps int64) bool {
+	cur := nowMs - nowMs%1000
+	if cur > s.lastFilled {
+		v := s.stored
+		if v < s.warning {
+			v = int64(float64(v) + float64(cur-s.lastFilled)*s.count/1000)
+		} else if v > s.warning && prevQps < int64(s.count)/s.cold {
+			v = int64(float64(v) + float64(cur-s.lastFilled)*s.count/1000)
+		}
+		s.stored = min(v, s.max) - prevQps
+		if s.stored < 0 {
+			s.stored = 0
+		}
+		s.lastFilled = cur
+	}
+	if s.stored >= s.warning {
+		q := math.Nextafter(1.0/(float64(s.stored-s.warning)*s.slope+1.0/s.count), math.Inf(1))
+		return float64(passQps+acquire) <= q
+	}
+	return float64(passQps+acquire) <= s.count
+}
+
+// A cold factor above 3 with a small count × period puts the warning line
+// at 0 tokens (count 3, period 1 s, factor 5: warningToken 0, maxToken 1).
+// Sentinel's bucket then stays empty, on the line, and it passes count a
+// second from the first request on; so must WarmUp (it used to start with
+// 1 stored token and allow count / c, blocking Sentinel's second request).
+// Also the reference case, which starts cold in both.
+func TestWarmUpWarningTokenZeroAsSentinel(t *testing.T) {
+	for _, c := range []struct {
+		count         float64
+		period, cold  int64
+		offeredPerSec int64
+	}{
+		{3, 1, 5, 10},
+		{2, 2, 6, 5},
+		{10, 10, 3, 20}, // the reference: warning line 50, cold
+	} {
+		w := mustWarmUp(t, c.count, time.Duration(c.period)*time.Second, float64(c.cold))
+		s := newSentinelWarmUp(c.count, c.period, c.cold)
+		if w.WarningToken() != s.warning || w.MaxToken() != s.max {
+			t.Fatalf("count %v: tokens %d/%d, Sentinel %d/%d", c.count, w.WarningToken(), w.MaxToken(), s.warning, s.max)
+		}
+		var got, want []int64
+		var prev int64
+		for sec := range int64(20) {
+			var pw, ps int64
+			for i := range c.offeredPerSec {
+				now := t0.Add(time.Duration(sec)*time.Second + time.Duration(i)*time.Second/time.Duration(c.offeredPerSec))
+				if w.CanPass(now, 1, uint64(pw), uint64(prev)) {
+					pw++
+				}
+				if s.canPass(now.UnixMilli(), 1, ps, prev) {
+					ps++
+				}
+			}
+			got, want = append(got, pw), append(want, ps)
+			prev = ps
+		}
+		if !equal(got, want) {
+			t.Errorf("count %v period %ds factor %d: passed per second %v, Sentinel %v", c.count, c.period, c.cold, got, want)
+		}
+		if s.warning == 0 && got[0] != int64(c.count) {
+			t.Errorf("count %v: first second passed %d, want the full count", c.count, got[0])
+		}
+		if s.warning == 0 {
+			if r := mustWarmUp(t, c.count, time.Duration(c.period)*time.Second, float64(c.cold)).Rate(t0, 0, true); r != c.count {
+				t.Errorf("count %v: rate %v from the start, want the count", c.count, r)
+			}
+		}
+	}
+}

@@ -41,6 +41,37 @@ type Signals struct {
 	// UsedRate is the rate the rule actually admitted over the last tick,
 	// from the kernel's passed counters, in the rule's unit per second.
 	UsedRate float64
+
+	// What the capacity-tracking law reads besides (docs/control.md,
+	// "adaptive: tracking the service rate"). AIMD ignores these fields.
+
+	// BaseLatency is the part of Latency that is not queueing: 0 for
+	// signals that measure a queue (accept_queue, socket_queue, feedback's
+	// queueing delay), the recent minimum of the samples for signals that
+	// measure a whole response (probe, response_time). The queueing delay
+	// is Latency − BaseLatency.
+	BaseLatency time.Duration
+	// ServiceRate is how many units per second the service actually took
+	// over the tick: connections accepted from its listen queue, datagrams
+	// read from its sockets, responses started. When the queue is not
+	// empty it is the service's capacity; when it is empty, a lower bound.
+	ServiceRate float64
+	// HasServiceRate reports that ServiceRate was read this tick; without
+	// it the law estimates the service rate from the admitted rate and the
+	// change of the queueing delay. (A "has" flag, not a "stale" one, so
+	// that a reader that knows nothing of it leaves it unknown.)
+	HasServiceRate bool
+	// QueueDepth is the number of units waiting for the service at the
+	// end of the tick (accept queue, datagrams in receive queues, requests
+	// without a response); meaningful only when HasQueue.
+	QueueDepth float64
+	// HasQueue reports that QueueDepth was read this tick; without it the
+	// law takes the queueing delay × the service rate.
+	HasQueue bool
+	// Demand is the offered rate over the tick: what reached the rule,
+	// passed or refused, in the rule's unit per second. The control loop
+	// fills it from the kernel's counters.
+	Demand float64
 }
 
 // Stale is the reading of a tick in which nothing could be read.

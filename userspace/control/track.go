@@ -1,0 +1,204 @@
+package control
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// TrackParams are the parameters of the capacity-tracking law, the
+// default law of behavior adaptive. It has no gains: its one time constant
+// is derived from the interval between fresh samples (docs/control.md).
+type TrackParams struct {
+	TargetLatency    time.Duration
+	MinRate, MaxRate float64
+	// ErrorThreshold is the error rate (listen overflows, receive-buffer
+	// drops, failed probes) above which the queue is taken for full: the
+	// rate is then at most what the service took.
+	ErrorThreshold float64
+}
+
+// trackWindow is how many saturated ticks the service-rate estimate
+// averages. One tick of a 50 ms loop counts about 50 completions of a
+// 1000/s service, whose count varies by a few from tick to tick with the
+// workers' phase; the queue term corrects what the average lags
+// (docs/control.md, "Stability").
+const trackWindow = 1
+
+// tauFactor is τ in sample intervals (docs/control.md, "Stability").
+const tauFactor = 1.5
+
+// minDelayGrowth is the smallest 1 + dW/dt from which the estimator μ = λ /
+// (1 + dW/dt) of signals that give only a latency is taken: below it the
+// delay falls nearly in real time, the queue drains with few arrivals, and
+// the quotient is ill-conditioned.
+const minDelayGrowth = 0.5
+
+// Track is the capacity-tracking law (docs/control.md, "adaptive: tracking
+// the service rate"). Each fresh sample it estimates the service rate μ
+// (measured by the signal, or λ / (1 + dW/dt) from the admitted rate λ and
+// the change of the queueing delay W) and the queue q (measured, or W·μ),
+// and sets
+//
+//	R = μ + (target·μ − q) / τ,    τ = 2 × the interval between samples
+//
+// which drains or fills the queue toward target·μ, halving the error each
+// sample. With the queue empty μ is what the service took (a lower bound),
+// so the same formula probes upward by the factor 1 + target/τ while the
+// rule refuses traffic; with the queue at or below the target and nothing
+// refused it holds the rate (an unused rate must not grow, and a service
+// that keeps up is no evidence for a lower one). On errors above the
+// threshold the rate is at most μ. R stays in [MinRate, MaxRate].
+//
+// A Track is not safe for concurrent use.
+type Track struct {
+	p      TrackParams
+	target float64 // seconds
+	rate   float64
+
+	mus       [trackWindow]float64 // service rates of the last saturated samples
+	nmu, imu  int
+	prevDelay float64 // seconds, of the last fresh sample
+	havePrev  bool
+	elapsed   float64 // seconds since the last fresh sample
+	delay     float64 // seconds, of the last fresh sample
+	last      float64 // service rate of the last saturated sample
+}
+
+// NewTrack returns the law for a rule's adaptive section, starting at rate
+// initial clamped into [MinRate, MaxRate].
+func NewTrack(p TrackParams, initial float64) (*Track, error) {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case p.TargetLatency <= 0:
+		return nil, fmt.Errorf("new track: %w", invalid("target latency %v: must be positive", p.TargetLatency))
+	case !finite(p.MinRate) || p.MinRate <= 0:
+		return nil, fmt.Errorf("new track: %w", invalid("min rate %v: must be a positive number", p.MinRate))
+	case !finite(p.MaxRate) || p.MaxRate < p.MinRate:
+		return nil, fmt.Errorf("new track: %w", invalid("max rate %v: must be a number at least min rate %v", p.MaxRate, p.MinRate))
+	case !(p.ErrorThreshold >= 0 && p.ErrorThreshold <= 1):
+		return nil, fmt.Errorf("new track: %w", invalid("error threshold %v: must be in [0, 1]", p.ErrorThreshold))
+	case !finite(initial):
+		return nil, fmt.Errorf("new track: %w", invalid("initial rate %v: must be a number", initial))
+	}
+	return &Track{p: p, target: p.TargetLatency.Seconds(), rate: min(max(initial, p.MinRate), p.MaxRate)}, nil
+}
+
+// Rate is the rate in force.
+func (t *Track) Rate() float64 { return t.rate }
+
+// ServiceRate is the current estimate of the service's capacity (0 before
+// the service was first seen saturated).
+func (t *Track) ServiceRate() float64 { return t.mu() }
+
+func (t *Track) mu() float64 {
+	if t.nmu == 0 {
+		return 0
+	}
+	var s float64
+	for i := range t.nmu {
+		s += t.mus[i]
+	}
+	return s / float64(t.nmu)
+}
+
+// Step runs one control tick of length dt (the time since the previous
+// tick).
+func (t *Track) Step(in Signals, dt time.Duration) Step {
+	t.elapsed += max(dt.Seconds(), 0)
+	valid := func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // false for NaN
+	latencyOK := !in.LatencyStale && in.Latency >= 0
+	queueOK := in.HasQueue && valid(in.QueueDepth)
+	step := Step{Rate: t.rate, Smoothed: seconds(t.delay), Action: ActionHoldStale}
+	if !(latencyOK || queueOK) || !valid(in.UsedRate) || t.elapsed <= 0 {
+		if t.havePrev {
+			step.Error = (t.target - t.delay) / t.target
+		}
+		return step
+	}
+	interval := t.elapsed
+	t.elapsed = 0
+
+	// The measured service rate of this interval.
+	used := in.UsedRate
+	var w float64 // queueing delay, seconds
+	if latencyOK {
+		w = max(in.Latency.Seconds()-max(in.BaseLatency.Seconds(), 0), 0)
+	}
+	var s float64
+	switch {
+	case in.HasServiceRate && valid(in.ServiceRate):
+		s = in.ServiceRate
+	case latencyOK && t.havePrev:
+		// q = W·μ and dq/dt = λ − μ give μ = λ / (1 + dW/dt) for a
+		// constant μ. While the delay falls nearly in real time the
+		// admitted rate is small against μ and the quotient says nothing
+		// (0/0 for a queue draining with no arrivals): the last estimate
+		// stands.
+		if d := 1 + (w-t.prevDelay)/interval; d >= minDelayGrowth {
+			s = used / d
+		} else if t.last > 0 {
+			s = t.last
+		} else {
+			s = used / minDelayGrowth
+		}
+	default:
+		s = used
+	}
+	var q float64
+	switch {
+	case queueOK:
+		q = in.QueueDepth
+		if !latencyOK && s > 0 {
+			w = q / s
+		}
+	default:
+		q = w * s
+	}
+	t.prevDelay, t.havePrev, t.delay = w, true, w
+	step.Smoothed, step.Error = seconds(w), (t.target-w)/t.target
+
+	// A queue means the service was busy all along: what it took is its
+	// capacity. Without a queue it is only a lower bound, kept out of the
+	// estimate.
+	saturated := q > 0
+	if saturated {
+		t.last = s
+		t.mus[t.imu] = s
+		t.imu = (t.imu + 1) % trackWindow
+		t.nmu = min(t.nmu+1, trackWindow)
+	} else {
+		t.nmu, t.imu = 0, 0
+	}
+	mu := s
+	if saturated {
+		mu = t.mu()
+	}
+	tau := tauFactor * interval
+	next := mu + (t.target*mu-q)/tau
+
+	r := t.rate
+	limited := in.Demand > used*1.01 || used >= 0.95*r
+	errorsOK := !in.ErrorsStale && valid(in.ErrorRate)
+	switch {
+	case errorsOK && in.ErrorRate > t.p.ErrorThreshold:
+		step.Action, next = ActionCutErrors, min(next, mu)
+	case q > t.target*mu:
+		step.Action = ActionTrack
+	case !limited:
+		step.Action, next = ActionHoldIdle, r
+	case q > 0:
+		step.Action = ActionTrack
+	default:
+		step.Action = ActionProbe
+	}
+	if step.Action == ActionProbe && next < r {
+		// An empty queue and refused traffic: the service is faster than
+		// the rate, whatever the admitted count of a short tick says.
+		next = r
+	}
+	t.rate = min(max(next, t.p.MinRate), t.p.MaxRate)
+	step.Clamped = t.rate != next
+	step.Rate = t.rate
+	return step
+}
