@@ -128,6 +128,18 @@ fuzz: ## Run every fuzz target for FUZZTIME each (FuzzXDP needs root: kernel vs 
 vm-test: ## Run the whole suite inside a Vagrant VM (needs vagrant + libvirt or VirtualBox).
 	cd vagrant && vagrant up --provision && vagrant ssh -c 'cd /xlimit && sudo env PATH=/usr/local/go/bin:$$PATH make test'
 
+# Packaging (packaging/README.md): the version of the .deb and the image
+# is packaging/VERSION, with ~gitDATE.HASH when HEAD is not its release tag.
+PKG_VERSION ?= $(shell packaging/version.sh)
+DIST := dist
+DEB := $(DIST)/xlimit_$(PKG_VERSION)_amd64.deb
+
+.PHONY: deb
+deb: ## Debian package dist/xlimit_VERSION_amd64.deb (binary, unit, default rules, alerts, dashboard, man page), lintian-checked.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKG_VERSION)' -o build/deb/xlimit ./cmd/xlimit
+	packaging/build-deb.sh build/deb/xlimit '$(PKG_VERSION)' $(DIST)
+	@if command -v lintian >/dev/null; then lintian --allow-root --fail-on error,warning --suppress-tags-from-file packaging/debian/lintian-suppress $(DEB) && echo "lintian: $(DEB) clean"; else echo "lintian not found: not checked (make deps installs it)"; fi
+
 .PHONY: clean
 clean: ## Remove build output.
-	rm -rf bin e2e.log
+	rm -rf bin e2e.log build dist
