@@ -111,9 +111,10 @@ vm-validate: ## Check the Vagrantfile (the VM itself cannot boot in CI).
 test: lint check-generated vm-validate test-unit test-kernel e2e ## Every tier: lint, generated-code check, Vagrantfile, unit, kernel, end-to-end.
 
 .PHONY: bench
-bench: build ## Benchmarks (root, ~10 min): per-packet cost, live flood vs nftables/iptables, accuracy (report in bench/results/); adaptive vs static (docs/design.md §7); paced queue: none vs kernel.
+bench: build ## Benchmarks (root, ~10 min): per-packet cost, live flood vs nftables/iptables, accuracy (report in bench/results/); adaptive vs static (docs/design.md §7); paced queue: none vs kernel; compile cost of 64 rules × 65 536 shared prefixes (bench/results/compile-cost.txt).
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench -out bench/results
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'AdaptiveScenario|PacedQueue' -benchtime 1x ./tests/
+	$(GO) test -run '^$$' -bench '^BenchmarkCompileSharedPrefixes$$' -benchtime 5x ./daemon/ | tee bench/results/compile-cost.txt
 
 FUZZTIME ?= 30s
 

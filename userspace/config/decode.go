@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +40,9 @@ type parser struct {
 	visits    int
 	maxVisits int
 	stopped   bool
+	// prefixLists holds the decoded prefix lists by their sequence node,
+	// so that a list shared through aliases is decoded once.
+	prefixLists map[*yaml.Node][]netip.Prefix
 }
 
 // loc is where a value came from: the node to take the line from and the

@@ -68,7 +68,16 @@ func (p *parser) checkLimits(m *mapping, c *Config) {
 			ruleNodes = rules.Content
 		}
 	}
+	counted := map[*netip.Prefix]bool{} // the decoded lists counted, by their first item
 	for _, r := range c.Rules {
+		if len(r.Sources) > 0 {
+			// Rules that share a list through an alias share its
+			// slice (prefixes): it is counted once.
+			if counted[&r.Sources[0]] {
+				continue
+			}
+			counted[&r.Sources[0]] = true
+		}
 		i := slices.IndexFunc(ruleNodes, func(n *yaml.Node) bool { return n.Line == r.Line })
 		at := loc{nil, sub(m.path, "rules")}
 		var direct []prefixItem

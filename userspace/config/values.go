@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -83,6 +84,18 @@ func parsePort(s string) (uint16, string) {
 // the valid ones and the number of items. ok is false when the key is
 // absent or not a list.
 func (p *parser) prefixes(m *mapping, key string) (_ []netip.Prefix, _ loc, items int, ok bool) {
+	// A list shared through an alias is decoded once, and every user gets
+	// the same slice: the cost of a document is its distinct lists, not
+	// the rules that name them (and its problems are reported once).
+	var seq *yaml.Node
+	if f, found := m.fields[key]; found {
+		if n := p.deref(f.val); n.Kind == yaml.SequenceNode {
+			seq = n
+			if c, done := p.prefixLists[n]; done {
+				return c, m.at(key), len(n.Content), true
+			}
+		}
+	}
 	list, at, ok := p.list(m, key)
 	if !ok {
 		return nil, at, 0, false
@@ -104,6 +117,13 @@ func (p *parser) prefixes(m *mapping, key string) (_ []netip.Prefix, _ loc, item
 			continue
 		}
 		out = append(out, pfx)
+	}
+	out = slices.Clip(out)
+	if seq != nil && !p.stopped {
+		if p.prefixLists == nil {
+			p.prefixLists = map[*yaml.Node][]netip.Prefix{}
+		}
+		p.prefixLists[seq] = out
 	}
 	return out, at, len(list), true
 }

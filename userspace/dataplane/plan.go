@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 )
@@ -186,22 +185,35 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 	if spec.MalformedPass {
 		p.Globals.Flags |= GlobalMalformedPass
 	}
-	sources := map[netip.Prefix]*PrefixEntry{}
-	entry := func(pfx netip.Prefix) *PrefixEntry {
+	// The cost of a compilation is its distinct prefixes times the
+	// address length at most: never rules × prefixes (docs/robustness.md).
+	// Each configured prefix gets one entry holding what is configured on
+	// it exactly (own), then takes what its enclosing prefixes have.
+	sources := map[netip.Prefix]*prefixOwn{}
+	entry := func(pfx netip.Prefix) *prefixOwn {
 		pfx = pfx.Masked()
 		e, ok := sources[pfx]
 		if !ok {
-			e = &PrefixEntry{Prefix: pfx}
+			e = &prefixOwn{PrefixEntry: PrefixEntry{Prefix: pfx}}
 			sources[pfx] = e
 		}
 		return e
 	}
 	for _, pfx := range spec.Allow {
-		entry(pfx).Flags |= PrefixAllow
+		entry(pfx).flags |= PrefixAllow
 	}
 	for _, pfx := range spec.Deny {
-		entry(pfx).Flags |= PrefixDeny
+		entry(pfx).flags |= PrefixDeny
 	}
+	// Rules that share one list of sources (a YAML alias decodes to one
+	// slice) are folded in together: each list is walked once.
+	type list struct {
+		first *netip.Prefix
+		n     int
+	}
+	var lists [][]netip.Prefix
+	listRules := map[list]uint64{}
+	ports := map[Proto]*[1 << 16]uint64{}
 
 	for i, r := range spec.Rules {
 		slot := slots[i]
@@ -230,9 +242,12 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 			}
 		} else {
 			for _, c := range protos {
+				if ports[c] == nil {
+					ports[c] = new([1 << 16]uint64)
+				}
 				for _, pr := range r.Ports {
 					for port := int(pr.Lo); port <= int(pr.Hi); port++ {
-						p.Ports[PortKey(c, uint16(port))] |= bit
+						ports[c][port] |= bit
 					}
 				}
 				switch r.Fragments {
@@ -278,43 +293,63 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 		}
 		if len(r.Sources) > 0 {
 			p.Globals.SrcFiltered |= bit
-			for _, pfx := range r.Sources {
-				entry(pfx)
+			l := list{&r.Sources[0], len(r.Sources)}
+			if _, seen := listRules[l]; !seen {
+				lists = append(lists, r.Sources)
 			}
+			listRules[l] |= bit
 		}
 		p.Rules[slot] = pr
 	}
 
-	// Fold: every entry takes the flags and rules of each configured
-	// prefix that contains it, so the longest match alone decides.
-	for pfx, e := range sources {
-		for bits := pfx.Bits(); bits >= 0; bits-- {
-			anc, _ := pfx.Addr().Prefix(bits)
-			if a, ok := sources[anc]; ok {
-				e.Flags |= a.Flags & (PrefixAllow | PrefixDeny)
+	for _, l := range lists {
+		bits := listRules[list{&l[0], len(l)}]
+		for _, pfx := range l {
+			entry(pfx).rules |= bits
+		}
+	}
+	for c, a := range ports {
+		for port, mask := range a {
+			if mask != 0 {
+				p.Ports[PortKey(c, uint16(port))] = mask
 			}
 		}
 	}
-	for i, r := range spec.Rules {
-		bit := uint64(1) << slots[i]
-		for _, src := range r.Sources {
-			src = src.Masked()
-			for pfx, e := range sources {
-				if src.Bits() <= pfx.Bits() && src.Addr().Is4() == pfx.Addr().Is4() && src.Contains(pfx.Addr()) {
-					e.Rules |= bit
-				}
+
+	// Fold: every entry takes the flags and rules of each configured
+	// prefix that contains it, so the longest match alone decides. Only
+	// the prefix lengths in use are looked up.
+	var lengths [2][129]bool // [IPv4?][bits]
+	for pfx := range sources {
+		lengths[b2i(pfx.Addr().Is4())][pfx.Bits()] = true
+	}
+	for pfx, e := range sources {
+		in := &lengths[b2i(pfx.Addr().Is4())]
+		for bits := pfx.Bits(); bits >= 0; bits-- {
+			if !in[bits] {
+				continue
+			}
+			anc, _ := pfx.Addr().Prefix(bits)
+			if a, ok := sources[anc]; ok {
+				e.Flags |= a.flags & (PrefixAllow | PrefixDeny)
+				e.Rules |= a.rules
 			}
 		}
 	}
 	for _, e := range sources {
 		if e.Prefix.Addr().Is4() {
-			p.Prefix4 = append(p.Prefix4, *e)
+			p.Prefix4 = append(p.Prefix4, e.PrefixEntry)
 		} else {
-			p.Prefix6 = append(p.Prefix6, *e)
+			p.Prefix6 = append(p.Prefix6, e.PrefixEntry)
 		}
 	}
 	for _, list := range [][]PrefixEntry{p.Prefix4, p.Prefix6} {
-		sort.Slice(list, func(i, j int) bool { return list[i].Prefix.String() < list[j].Prefix.String() })
+		slices.SortFunc(list, func(a, b PrefixEntry) int {
+			if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+				return c
+			}
+			return a.Prefix.Bits() - b.Prefix.Bits()
+		})
 	}
 	if len(p.Prefix4) > 0 {
 		p.Globals.Flags |= GlobalPrefixesV4
@@ -323,6 +358,21 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 		p.Globals.Flags |= GlobalPrefixesV6
 	}
 	return p, nil
+}
+
+// prefixOwn is a prefix's entry while it is compiled, with what is
+// configured on the prefix itself.
+type prefixOwn struct {
+	PrefixEntry
+	flags uint32
+	rules uint64
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func protoClasses(protocol string, hasPorts bool) ([]Proto, error) {
