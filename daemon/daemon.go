@@ -162,13 +162,11 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		d.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
 			// reported, whichever is the higher fraction of its threshold.
-			usage, fresh := host.CPU()
-			if s := d.specs; s != nil && s.System != nil && s.PressureHigh > 0 {
-				if p, ok := host.CPUPressure(); ok && p/s.PressureHigh > usage/s.System.CPUHigh {
-					return p / s.PressureHigh * s.System.CPUHigh, true
-				}
+			load := xsignal.SystemLoad{CPU: host.CPU, Pressure: host.CPUPressure}
+			if s := d.specs; s != nil && s.System != nil {
+				load.CPUHigh, load.PressureHigh = s.System.CPUHigh, s.PressureHigh
 			}
-			return usage, fresh
+			return load.Load()
 		}
 	}
 	outcomes := xsignal.NewOutcomeReader(&d.probes, d.log)

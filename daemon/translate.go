@@ -130,6 +130,9 @@ func controlRule(r *config.Rule) control.RuleSpec {
 			KA: a.KA, KM: a.KM, Gamma: a.Gamma, Alpha: a.Alpha, CPUHigh: a.CPUHigh, ErrorThreshold: a.ErrorThreshold,
 		}
 		cr.Signal = string(a.Signal)
+		if a.Law == config.LawAIMD {
+			cr.Law = control.LawAIMD
+		}
 	}
 	if cb := r.CircuitBreaker; cb != nil {
 		cr.CircuitBreaker = &control.BreakerParams{

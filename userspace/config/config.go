@@ -131,6 +131,20 @@ const (
 	SignalAcceptQueue Signal = "accept_queue"
 	SignalProbe       Signal = "probe"
 	SignalFeedback    Signal = "feedback"
+	// SignalSocketQueue: the receive queues and drops of a UDP service's
+	// sockets (sock_diag), for protocol udp.
+	SignalSocketQueue Signal = "socket_queue"
+)
+
+// Law is the control law of an adaptive rule.
+type Law string
+
+const (
+	// LawTrack tracks the service rate the signal measures and holds the
+	// queueing delay at the target (docs/control.md); the default.
+	LawTrack Law = "track"
+	// LawAIMD is docs/design.md §5.4's AIMD on the smoothed latency.
+	LawAIMD Law = "aimd"
 )
 
 // ProbeKind is the kind of an active probe.
@@ -214,8 +228,12 @@ type Paced struct {
 	Queue           Queue
 }
 
-// Adaptive configures the adaptive behavior (AIMD on queueing latency).
+// Adaptive configures the adaptive behavior: a law steering the rate
+// from the queueing latency.
 type Adaptive struct {
+	// Law is track (the default) or aimd; KA, KM, Gamma, Alpha and CPUHigh
+	// are aimd's gains, unused by track.
+	Law              Law
 	TargetLatency    time.Duration
 	MinRate, MaxRate float64
 	KA               float64 // additive increase gain

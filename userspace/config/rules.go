@@ -13,7 +13,7 @@ var (
 	warmUpKeys   = []string{"period", "cold_factor"}
 	pacedKeys    = []string{"max_queueing_time", "queue"}
 	adaptiveKeys = []string{"target_latency", "min_rate", "max_rate", "ka", "km", "gamma", "alpha",
-		"cpu_high", "error_threshold", "signal", "probe"}
+		"cpu_high", "error_threshold", "signal", "probe", "law"}
 	probeKeys       = []string{"kind", "address", "path", "interval", "timeout"}
 	perSourceKeys   = []string{"rate", "burst", "prefix_v4", "prefix_v6", "ban"}
 	banKeys         = []string{"after", "duration"}
@@ -240,6 +240,16 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 	ctx.active = sectionFor("adaptive", r.Behavior == BehaviorAdaptive, "adaptive applies only to behavior adaptive")
 	if a := p.adaptive(m, ctx); ctx.active {
 		r.Adaptive = a
+		if a != nil && a.Signal == SignalSocketQueue {
+			// The receive queues of the rule's UDP sockets, found by port.
+			at := m.keyAt("adaptive")
+			switch {
+			case protoOK && proto != ProtoUDP && proto != ProtoAny:
+				p.errorf(at, "signal socket_queue reads UDP sockets; the rule's protocol is %s", proto)
+			case !hasPorts:
+				p.errorf(at, "signal socket_queue needs the rule's ports (it reads the sockets bound to them)")
+			}
+		}
 		if !m.has("adaptive") {
 			p.errorf(loc{behAt.node, sub(path, "adaptive")}, "behavior adaptive requires an adaptive section with target_latency, min_rate and max_rate")
 		}
@@ -326,8 +336,11 @@ func (p *parser) adaptive(rule *mapping, ctx ruleCtx) *Adaptive {
 		return nil
 	}
 	before := len(p.errs)
-	a := &Adaptive{KA: DefaultKA, KM: DefaultKM, Gamma: DefaultGamma, Alpha: DefaultAlpha,
+	a := &Adaptive{Law: LawTrack, KA: DefaultKA, KM: DefaultKM, Gamma: DefaultGamma, Alpha: DefaultAlpha,
 		CPUHigh: DefaultCPUHigh, ErrorThreshold: DefaultErrorThreshold, Signal: SignalAcceptQueue}
+	if v, _, ok := enum(p, s, "law", LawTrack, LawAIMD); ok {
+		a.Law = v
+	}
 	p.required(s, "target_latency", "min_rate", "max_rate")
 	a.TargetLatency, _, _ = p.duration(s, "target_latency", false)
 	minRate, minAt, minOK := p.number(s, "min_rate")
@@ -367,8 +380,15 @@ func (p *parser) adaptive(rule *mapping, ctx ruleCtx) *Adaptive {
 	if v, _, ok := p.fraction(s, "error_threshold", true, true); ok {
 		a.ErrorThreshold = v
 	}
-	if v, _, ok := enum(p, s, "signal", SignalAcceptQueue, SignalProbe, SignalFeedback); ok {
+	if v, _, ok := enum(p, s, "signal", SignalAcceptQueue, SignalProbe, SignalFeedback, SignalSocketQueue); ok {
 		a.Signal = v
+	}
+	if a.Law == LawTrack && ctx.active {
+		for _, k := range []string{"ka", "km", "gamma", "alpha", "cpu_high"} {
+			if s.has(k) {
+				p.warnf(s.keyAt(k), "ignored: %s is a gain of law aimd; law track has none", k)
+			}
+		}
 	}
 	probe := p.probe(s)
 	switch {

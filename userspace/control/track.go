@@ -107,7 +107,7 @@ func (t *Track) mu() float64 {
 func (t *Track) Step(in Signals, dt time.Duration) Step {
 	t.elapsed += max(dt.Seconds(), 0)
 	valid := func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // false for NaN
-	latencyOK := !in.LatencyStale && in.Latency >= 0
+	latencyOK := !in.LatencyStale && !in.LatencyRepeated && in.Latency >= 0
 	queueOK := in.HasQueue && valid(in.QueueDepth)
 	step := Step{Rate: t.rate, Smoothed: seconds(t.delay), Action: ActionHoldStale}
 	if !(latencyOK || queueOK) || !valid(in.UsedRate) || t.elapsed <= 0 {

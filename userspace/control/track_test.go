@@ -330,6 +330,20 @@ func TestTrackBranches(t *testing.T) {
 	if st.Rate != 5000 || !st.Clamped {
 		t.Errorf("ceiling: %+v", st)
 	}
+	// A repeated sample (a probe not renewed since the last tick) holds,
+	// and the next new one spans the whole interval: τ = 1.5 × 3 ticks.
+	tr = mustTrack(t, target, 100, 5000, 1000)
+	tr.Step(Signals{Latency: target, UsedRate: 1000, Demand: 2000}, period)
+	for range 2 {
+		if st := tr.Step(Signals{Latency: 2 * target, LatencyRepeated: true, UsedRate: 1000, Demand: 2000}, period); st.Action != ActionHoldStale || st.Rate != 1000 {
+			t.Errorf("repeated sample: %+v", st)
+		}
+	}
+	// W from 25 to 50 ms over 150 ms: μ = 1000 / (1 + 1/6); R = μ·(1 + (25 − 50)/225).
+	st = tr.Step(Signals{Latency: 2 * target, UsedRate: 1000, Demand: 2000}, period)
+	if mu := 1000 / (1 + 0.025/0.15); math.Abs(st.Rate-mu*(1-0.025/0.225)) > 1e-6 {
+		t.Errorf("after repeated samples: %+v, want %.1f", st, mu*(1-0.025/0.225))
+	}
 	// Invalid inputs hold.
 	for _, in := range []Signals{
 		{Latency: -1, UsedRate: 1},
@@ -426,7 +440,6 @@ func TestTrackDiscreteOverload(t *testing.T) {
 	const ticks, from = 1200, 200
 	var rates []float64
 	var served, overflow int
-	var waits []float64
 	for i := range ticks {
 		off, adm, s, o := w.run(3000, tr.Rate(), dt)
 		in := Signals{Latency: seconds(float64(len(w.queue)) / 1000), UsedRate: float64(adm) / dt, Demand: float64(off) / dt,
@@ -439,7 +452,6 @@ func TestTrackDiscreteOverload(t *testing.T) {
 			rates = append(rates, tr.Rate())
 			served += s
 			overflow += o
-			waits = append(waits, w.lastWait)
 		}
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)

@@ -199,6 +199,106 @@ func (d *Diag) Connections(ctx context.Context, ranges []dataplane.PortRange) ([
 	return out, nil
 }
 
+// SocketQueue is the receive-queue state of the UDP sockets whose local
+// port lies in Ports, IPv4 and IPv6 together.
+type SocketQueue struct {
+	Ports dataplane.PortRange
+	// Sockets is the number of UDP sockets found (several with
+	// SO_REUSEPORT, per address, or connected ones).
+	Sockets int
+	// Queued is the sum of their receive-queue memory in bytes
+	// (sk_rmem_alloc: the datagrams' buffers, not their payload).
+	Queued uint64
+	// Limit is the sum of their receive buffers (sk_rcvbuf) in bytes.
+	Limit uint64
+	// Drops is the sum of their drop counters (sk_drops: datagrams
+	// refused by a full receive buffer, and other socket-level drops),
+	// cumulative since each socket was created.
+	Drops uint64
+}
+
+// inet_diag extensions and sk_meminfo indexes (include/uapi/linux/
+// inet_diag.h, sock_diag.h).
+const (
+	inetDiagSkMeminfo  = 7 // INET_DIAG_SKMEMINFO
+	skMeminfoRmemAlloc = 0
+	skMeminfoRcvbuf    = 1
+	skMeminfoDrops     = 8
+)
+
+// ReceiveQueues reports, for each range in ranges, the UDP sockets of that
+// local port range, their receive queues and their drops, with one
+// filtered request per address family asking for the sk_meminfo
+// extension. The kernel walks its UDP hash table (its size is that of the
+// established one's UDP counterpart, small on most hosts).
+func (d *Diag) ReceiveQueues(ctx context.Context, ranges []dataplane.PortRange) ([]SocketQueue, error) {
+	out := make([]SocketQueue, len(ranges))
+	for i, r := range ranges {
+		out[i].Ports = r
+	}
+	if len(ranges) == 0 {
+		return out, nil
+	}
+	bc, err := portFilter(ranges)
+	if err != nil {
+		return nil, fmt.Errorf("read receive queues: %w", err)
+	}
+	deadline := requestDeadline(ctx)
+	var bad error
+	fn := func(_ uint8, port uint16, rq, _ uint32, attrs []byte) {
+		mem, ok := skMeminfo(attrs)
+		if !ok {
+			bad = errors.New("no sk_meminfo in the answer")
+			return
+		}
+		for i := range out {
+			if out[i].Ports.Contains(port) {
+				out[i].Sockets++
+				out[i].Queued += uint64(mem[skMeminfoRmemAlloc])
+				out[i].Limit += uint64(mem[skMeminfoRcvbuf])
+				out[i].Drops += uint64(mem[skMeminfoDrops])
+			}
+		}
+		_ = rq // idiag_rqueue of a UDP socket is sk_rmem_alloc too
+	}
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		if err := d.dumpProto(ctx, deadline, unix.IPPROTO_UDP, family, tcpAllStates, 1<<(inetDiagSkMeminfo-1), bc, fn); err != nil {
+			return nil, fmt.Errorf("read receive queues: %w", err)
+		}
+	}
+	if bad != nil {
+		return nil, fmt.Errorf("read receive queues: %w", bad)
+	}
+	return out, nil
+}
+
+// skMeminfo finds the INET_DIAG_SKMEMINFO attribute in attrs (netlink
+// attributes, 4-byte aligned) and returns its first skMeminfoDrops+1
+// values.
+func skMeminfo(attrs []byte) ([skMeminfoDrops + 1]uint32, bool) {
+	var out [skMeminfoDrops + 1]uint32
+	ne := binary.NativeEndian
+	for len(attrs) >= sizeofNlAttr {
+		l := int(ne.Uint16(attrs[0:2]))
+		typ := ne.Uint16(attrs[2:4])
+		if l < sizeofNlAttr || l > len(attrs) {
+			return out, false
+		}
+		if typ == inetDiagSkMeminfo && l-sizeofNlAttr >= 4*len(out) {
+			for i := range out {
+				out[i] = ne.Uint32(attrs[sizeofNlAttr+4*i:])
+			}
+			return out, true
+		}
+		next := (l + 3) &^ 3
+		if next >= len(attrs) {
+			break
+		}
+		attrs = attrs[next:]
+	}
+	return out, false
+}
+
 // diagFunc receives one socket of a dump: its state, local port and
 // idiag_rqueue/idiag_wqueue.
 type diagFunc func(state uint8, port uint16, rq, wq uint32)
@@ -286,6 +386,18 @@ func requestDeadline(ctx context.Context) time.Time {
 // in states, filtered by bc when it is not nil, passes every socket of the
 // answer to fn, and gives up at deadline or when ctx ends.
 func (d *Diag) dump(ctx context.Context, deadline time.Time, family uint8, states uint32, bc []byte, fn diagFunc) error {
+	return d.dumpProto(ctx, deadline, unix.IPPROTO_TCP, family, states, 0, bc, func(state uint8, port uint16, rq, wq uint32, _ []byte) {
+		fn(state, port, rq, wq)
+	})
+}
+
+// diagAttrFunc receives one socket of a dump with the attributes that
+// follow its inet_diag_msg (the extensions asked for).
+type diagAttrFunc func(state uint8, port uint16, rq, wq uint32, attrs []byte)
+
+// dumpProto is dump for sockets of protocol proto, asking for the
+// extensions in ext (a bit mask of 1 << (INET_DIAG_x − 1)).
+func (d *Diag) dumpProto(ctx context.Context, deadline time.Time, proto, family uint8, states uint32, ext uint8, bc []byte, fn diagAttrFunc) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -305,7 +417,7 @@ func (d *Diag) dump(ctx context.Context, deadline time.Time, family uint8, state
 		d.seq = 1
 	}
 	seq := d.seq
-	d.req = buildDiagRequest(d.req[:0], seq, family, states, bc)
+	d.req = buildDiagRequestProto(d.req[:0], seq, proto, family, states, ext, bc)
 	if _, err := unix.Write(d.fd, d.req); err != nil { // to the kernel: port id 0
 		return fmt.Errorf("send sock_diag request: %w", err)
 	}
@@ -319,7 +431,7 @@ func (d *Diag) dump(ctx context.Context, deadline time.Time, family uint8, state
 		if err != nil {
 			return err
 		}
-		done, intr, err := parseDiagMessages(d.buf[:n], seq, fn)
+		done, intr, err := parseDiagMessagesAttrs(d.buf[:n], seq, fn)
 		interrupted = interrupted || intr
 		if done {
 			d.pending = 0
@@ -341,6 +453,12 @@ func (d *Diag) dump(ctx context.Context, deadline time.Time, family uint8, state
 // nlmsghdr, inet_diag_req_v2 and, when bc is not nil, the
 // INET_DIAG_REQ_BYTECODE attribute.
 func buildDiagRequest(b []byte, seq uint32, family uint8, states uint32, bc []byte) []byte {
+	return buildDiagRequestProto(b, seq, unix.IPPROTO_TCP, family, states, 0, bc)
+}
+
+// buildDiagRequestProto is buildDiagRequest for protocol proto with the
+// extensions ext.
+func buildDiagRequestProto(b []byte, seq uint32, proto, family uint8, states uint32, ext uint8, bc []byte) []byte {
 	size := unix.SizeofNlMsghdr + sizeofDiagReq
 	if bc != nil {
 		size += sizeofNlAttr + len(bc) // len(bc) is a multiple of 4
@@ -353,7 +471,7 @@ func buildDiagRequest(b []byte, seq uint32, family uint8, states uint32, bc []by
 	b = ne.AppendUint32(b, 0) // port id: the kernel fills in ours
 	// inet_diag_req_v2: family, protocol, ext (no extensions), pad, states,
 	// and a zero inet_diag_sockid (no exact-match fields).
-	b = append(b, family, unix.IPPROTO_TCP, 0, 0)
+	b = append(b, family, proto, ext, 0)
 	b = ne.AppendUint32(b, states)
 	b = append(b, make([]byte, sizeofDiagReq-8)...)
 	if bc != nil {
@@ -408,7 +526,7 @@ func (d *Diag) drain(deadline time.Time) error {
 		case err != nil:
 			return fmt.Errorf("drain sock_diag socket: %w", err)
 		}
-		done, _, _ := parseDiagMessages(d.buf[:n], d.pending, func(uint8, uint16, uint32, uint32) {})
+		done, _, _ := parseDiagMessagesAttrs(d.buf[:n], d.pending, func(uint8, uint16, uint32, uint32, []byte) {})
 		if done {
 			d.pending = 0
 		}
@@ -425,6 +543,12 @@ func (d *Diag) drain(deadline time.Time) error {
 // skipped), and reports whether the dump ended (NLMSG_DONE or NLMSG_ERROR)
 // and whether the kernel flagged it as interrupted.
 func parseDiagMessages(b []byte, seq uint32, fn diagFunc) (done, interrupted bool, err error) {
+	return parseDiagMessagesAttrs(b, seq, func(state uint8, port uint16, rq, wq uint32, _ []byte) { fn(state, port, rq, wq) })
+}
+
+// parseDiagMessagesAttrs is parseDiagMessages passing each socket's
+// attributes too.
+func parseDiagMessagesAttrs(b []byte, seq uint32, fn diagAttrFunc) (done, interrupted bool, err error) {
 	ne := binary.NativeEndian
 	for len(b) >= unix.SizeofNlMsghdr {
 		l := int(ne.Uint32(b[0:4]))
@@ -471,7 +595,8 @@ func parseDiagMessages(b []byte, seq uint32, fn diagFunc) (done, interrupted boo
 			fn(payload[diagMsgState],
 				binary.BigEndian.Uint16(payload[diagMsgSport:]),
 				ne.Uint32(payload[diagMsgRqueue:]),
-				ne.Uint32(payload[diagMsgWqueue:]))
+				ne.Uint32(payload[diagMsgWqueue:]),
+				payload[sizeofDiagMsg:])
 		}
 	}
 	return done, interrupted, nil

@@ -26,6 +26,10 @@ type NetCounters struct {
 	// UDPRcvbufErrors counts UDP datagrams dropped because a socket's
 	// receive buffer was full (Udp RcvbufErrors).
 	UDPRcvbufErrors uint64
+	// UDPInDatagrams counts UDP datagrams delivered to applications (Udp
+	// InDatagrams; since Linux 4.10 counted when recvmsg() dequeues them,
+	// so its increase is what the namespace's UDP services read).
+	UDPInDatagrams uint64
 }
 
 // Sub returns the increase of every counter since prev. ok is false when a
@@ -46,6 +50,7 @@ func (c NetCounters) Sub(prev NetCounters) (d NetCounters, ok bool) {
 		PassiveOpens:    sub(c.PassiveOpens, prev.PassiveOpens),
 		OutRsts:         sub(c.OutRsts, prev.OutRsts),
 		UDPRcvbufErrors: sub(c.UDPRcvbufErrors, prev.UDPRcvbufErrors),
+		UDPInDatagrams:  sub(c.UDPInDatagrams, prev.UDPInDatagrams),
 	}
 	if !ok {
 		return NetCounters{}, false
@@ -88,6 +93,7 @@ func ParseNetCounters(netstat, snmp []byte) (NetCounters, error) {
 		{section: "Tcp", name: "PassiveOpens", dst: &c.PassiveOpens},
 		{section: "Tcp", name: "OutRsts", dst: &c.OutRsts},
 		{section: "Udp", name: "RcvbufErrors", dst: &c.UDPRcvbufErrors},
+		{section: "Udp", name: "InDatagrams", dst: &c.UDPInDatagrams},
 	}); err != nil {
 		return NetCounters{}, fmt.Errorf("parse snmp: %w", err)
 	}

@@ -16,7 +16,7 @@ func TestParseNetCountersKernel618(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := ParseNetCounters(netstat, snmp)
-	want := NetCounters{ListenOverflows: 17, ListenDrops: 23, PassiveOpens: 4242, OutRsts: 99, UDPRcvbufErrors: 1<<64 - 1}
+	want := NetCounters{ListenOverflows: 17, ListenDrops: 23, PassiveOpens: 4242, OutRsts: 99, UDPRcvbufErrors: 1<<64 - 1, UDPInDatagrams: 66}
 	if err != nil || c != want {
 		t.Errorf("ParseNetCounters = %+v, %v; want %+v", c, err, want)
 	}
@@ -48,8 +48,8 @@ const newNetstat = "TcpExt: NewFirst ListenDrops Other ListenOverflows Syncookie
 
 const newSnmp = "Tcp: OutRsts Zeta PassiveOpens MaxConn\n" +
 	"Tcp: 11 12 13 -1\n" +
-	"Udp: RcvbufErrors MemErrors Brand New\n" +
-	"Udp: 14 0 1 2\n" +
+	"Udp: RcvbufErrors MemErrors Brand New InDatagrams\n" +
+	"Udp: 14 0 1 2 15\n" +
 	"Sctp: X\n" +
 	"Sctp: 1\n"
 
@@ -58,8 +58,8 @@ func TestParseNetCountersVariants(t *testing.T) {
 		name, netstat, snmp string
 		want                NetCounters
 	}{
-		{"old", oldNetstat, oldSnmp, NetCounters{ListenOverflows: 5, ListenDrops: 6, PassiveOpens: 20, OutRsts: 7, UDPRcvbufErrors: 3}},
-		{"new", newNetstat, newSnmp, NetCounters{ListenOverflows: 800, ListenDrops: 900, PassiveOpens: 13, OutRsts: 11, UDPRcvbufErrors: 14}},
+		{"old", oldNetstat, oldSnmp, NetCounters{ListenOverflows: 5, ListenDrops: 6, PassiveOpens: 20, OutRsts: 7, UDPRcvbufErrors: 3, UDPInDatagrams: 5}},
+		{"new", newNetstat, newSnmp, NetCounters{ListenOverflows: 800, ListenDrops: 900, PassiveOpens: 13, OutRsts: 11, UDPRcvbufErrors: 14, UDPInDatagrams: 15}},
 	} {
 		c, err := ParseNetCounters([]byte(tc.netstat), []byte(tc.snmp))
 		if err != nil || c != tc.want {
@@ -93,7 +93,7 @@ func TestNetCountersSub(t *testing.T) {
 	a := NetCounters{ListenOverflows: 10, ListenDrops: 12, PassiveOpens: 100, OutRsts: 3, UDPRcvbufErrors: 1}
 	b := NetCounters{ListenOverflows: 15, ListenDrops: 18, PassiveOpens: 160, OutRsts: 3, UDPRcvbufErrors: 4}
 	d, ok := b.Sub(a)
-	if want := (NetCounters{5, 6, 60, 0, 3}); !ok || d != want {
+	if want := (NetCounters{5, 6, 60, 0, 3, 0}); !ok || d != want {
 		t.Errorf("Sub = %+v, %v; want %+v", d, ok, want)
 	}
 	if d, ok := a.Sub(b); ok || d != (NetCounters{}) {

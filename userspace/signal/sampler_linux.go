@@ -33,9 +33,35 @@ type Sampler struct {
 	errFresh bool
 	openRate float64 // connections accepted into listen queues, per second
 	openOK   bool
+	opens    uint64 // PassiveOpens since the previous host reading
+	read     uint64 // UDP InDatagrams since the previous host reading
 	prevNet  NetCounters
 	prevAt   time.Time
 	havePrev bool
+
+	// Sources of the service rate that replace the namespace's counters
+	// where they count a rule (the kernel's per-rule counters).
+	handshakes HandshakeCounter
+	responses  ResponseTimes
+	// Per-rule state of the service-rate arithmetic, by rule name.
+	tcp  map[string]*tcpService
+	udp  map[string]*udpService
+	resp map[string]*respState
+}
+
+// respState is a response-time rule's previous reading.
+type respState struct {
+	prev   ResponseReading
+	prevAt time.Time
+	primed bool
+	base   minWindow
+}
+
+// SetSources sets the kernel's per-rule counters of completed handshakes
+// and response times (nil: none; TCP rules then fall back to the
+// namespace's counters and response_time rules are stale).
+func (s *Sampler) SetSources(h HandshakeCounter, r ResponseTimes) {
+	s.handshakes, s.responses = h, r
 }
 
 // NewSampler opens the sockets and files the sampler reads.
@@ -57,7 +83,8 @@ func NewSampler(cpuWindow time.Duration) (*Sampler, error) {
 		diag.Close()
 		return nil, err
 	}
-	return &Sampler{diag: diag, netstat: ns, cpu: cpu, pfs: pfs, clock: time.Now, timeout: 20 * time.Millisecond}, nil
+	return &Sampler{diag: diag, netstat: ns, cpu: cpu, pfs: pfs, clock: time.Now, timeout: 20 * time.Millisecond,
+		tcp: map[string]*tcpService{}, udp: map[string]*udpService{}, resp: map[string]*respState{}}, nil
 }
 
 // Close releases the sockets and files.
@@ -94,6 +121,7 @@ func (s *Sampler) host(now time.Time) {
 			}
 			if dt := now.Sub(s.prevAt).Seconds(); dt > 0 {
 				s.openRate, s.openOK = float64(d.PassiveOpens)/dt, true
+				s.opens, s.read = d.PassiveOpens, d.UDPInDatagrams
 			}
 		}
 	}
@@ -126,19 +154,61 @@ func (s *Sampler) Sample(rule *Rule, used float64) Signals {
 		ErrorsStale:  !s.errFresh,
 		LatencyStale: true,
 	}
-	if rule.Signal != config.SignalAcceptQueue || len(rule.Ports) == 0 {
+	if len(rule.Ports) == 0 {
 		return sig
 	}
+	switch {
+	case rule.Signal == SignalResponseTime:
+		s.responseTime(rule, now, &sig)
+	case rule.Signal == config.SignalSocketQueue:
+		s.socketQueue(rule, now, used, &sig)
+	case rule.Signal == config.SignalAcceptQueue || (rule.Signal == "" && rule.SynOnly):
+		// An accept_queue rule, or a syn_only rule that system
+		// protection caps at its service rate.
+		s.acceptQueue(rule, now, used, &sig)
+	}
+	return sig
+}
+
+func (s *Sampler) acceptQueue(rule *Rule, now time.Time, used float64, sig *Signals) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	queues, err := s.diag.AcceptQueue(ctx, rule.Ports)
 	if err != nil {
-		return sig
+		return
 	}
 	var depth uint64
 	for _, q := range queues {
 		depth += q.Queued
 	}
+	sig.QueueDepth, sig.HasQueue = float64(depth), true
+
+	// The connections the service accepted: handshakes completed minus
+	// the growth of the queue.
+	st := s.tcp[rule.Name]
+	if st == nil {
+		st = &tcpService{}
+		s.tcp[rule.Name] = st
+	}
+	dt := now.Sub(st.prevAt).Seconds()
+	admitted := -1.0
+	if rule.SynOnly && dt > 0 {
+		admitted = used * dt
+	}
+	// The namespace's passive opens, unless the kernel counts the rule's
+	// own handshakes.
+	hs, hsOK := s.opens, s.openOK
+	if s.handshakes != nil {
+		if total, ok := s.handshakes.Handshakes(rule); ok {
+			hs, hsOK = total-st.prevHS, st.haveHS && total >= st.prevHS
+			st.prevHS, st.haveHS = total, true
+			admitted = -1 // the rule's own count needs no bound
+		}
+	}
+	if rate, ok := st.step(now, float64(depth), hs, admitted); ok && hsOK {
+		sig.ServiceRate, sig.HasServiceRate = rate, true
+	}
+
 	// Little's law: the wait in the accept queue is its depth over the
 	// rate connections arrive into it: for a SYN-only rule what the
 	// kernel admitted, otherwise the host's passive opens (an
@@ -146,17 +216,89 @@ func (s *Sampler) Sample(rule *Rule, used float64) Signals {
 	// queue is no wait whatever the rate.
 	if depth == 0 {
 		sig.Latency, sig.LatencyStale = 0, false
-		return sig
+		return
 	}
 	arrivals, ok := used, rule.SynOnly
 	if !ok {
 		arrivals, ok = s.openRate, s.openOK
 	}
 	if !ok {
-		return sig
+		return
 	}
 	if w, ok := Littles(float64(depth), arrivals); ok {
 		sig.Latency, sig.LatencyStale = w, false
 	}
-	return sig
+}
+
+func (s *Sampler) socketQueue(rule *Rule, now time.Time, used float64, sig *Signals) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	queues, err := s.diag.ReceiveQueues(ctx, rule.Ports)
+	if err != nil {
+		return
+	}
+	var memory, drops uint64
+	sockets := 0
+	for _, q := range queues {
+		memory += q.Queued
+		drops += q.Drops
+		sockets += q.Sockets
+	}
+	if sockets == 0 {
+		return // nothing listens: nothing to say
+	}
+	st := s.udp[rule.Name]
+	if st == nil {
+		st = &udpService{}
+		s.udp[rule.Name] = st
+	}
+	admitted := -1.0
+	if dt := now.Sub(st.prevAt).Seconds(); !rule.Bytes && st.primed && dt > 0 {
+		admitted = used * dt
+	}
+	rate, queue, dropped, ok := st.step(now, memory, drops, s.read, admitted)
+	if !ok || !s.openOK {
+		return
+	}
+	sig.ServiceRate, sig.HasServiceRate = rate, true
+	sig.QueueDepth, sig.HasQueue = queue, true
+	// Drops at the sockets per datagram admitted, instead of the TCP
+	// listen overflows.
+	sig.ErrorRate, sig.ErrorsStale = 0, false
+	if admitted > 0 {
+		sig.ErrorRate = min(float64(dropped)/admitted, 1)
+	}
+	if queue == 0 {
+		sig.Latency, sig.LatencyStale = 0, false
+	} else if w, ok := Littles(queue, rate); ok {
+		sig.Latency, sig.LatencyStale = w, false
+	}
+}
+
+func (s *Sampler) responseTime(rule *Rule, now time.Time, sig *Signals) {
+	if s.responses == nil {
+		return
+	}
+	r, ok := s.responses.ResponseTime(rule)
+	if !ok {
+		return
+	}
+	st := s.resp[rule.Name]
+	if st == nil {
+		st = &respState{}
+		s.resp[rule.Name] = st
+	}
+	prev, prevAt, primed := st.prev, st.prevAt, st.primed
+	st.prev, st.prevAt, st.primed = r, now, true
+	dt := now.Sub(prevAt).Seconds()
+	if !primed || dt <= 0 || r.Responses < prev.Responses {
+		return
+	}
+	n := r.Responses - prev.Responses
+	sig.ServiceRate, sig.HasServiceRate = float64(n)/dt, true
+	if n == 0 {
+		return // no response this tick: no latency sample
+	}
+	sig.Latency, sig.LatencyStale = r.Latency, false
+	sig.BaseLatency = st.base.observe(r.Latency, now)
 }

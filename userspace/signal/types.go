@@ -45,6 +45,10 @@ type Signals struct {
 	// What the capacity-tracking law reads besides (docs/control.md,
 	// "adaptive: tracking the service rate"). AIMD ignores these fields.
 
+	// LatencyRepeated reports that Latency is the sample of a previous
+	// tick again (a probe or a report that was not renewed since): fresh
+	// enough for AIMD, no new information for Track.
+	LatencyRepeated bool
 	// BaseLatency is the part of Latency that is not queueing: 0 for
 	// signals that measure a queue (accept_queue, socket_queue, feedback's
 	// queueing delay), the recent minimum of the samples for signals that
