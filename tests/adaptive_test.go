@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,6 +92,39 @@ func startSlowService(t testing.TB, ns *lab.NS, addr netip.AddrPort, backlog, wo
 	return s
 }
 
+// cpuTimes is /proc/stat's first line: all CPUs' busy and total jiffies.
+type cpuTimes struct{ busy, total float64 }
+
+func hostCPU(t *testing.T) cpuTimes {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatalf("read /proc/stat: %v", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var c cpuTimes
+	for i := 1; i < len(f); i++ {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %q: %v", line, err)
+		}
+		c.total += v
+		if i != 4 && i != 5 { // idle, iowait
+			c.busy += v
+		}
+	}
+	return c
+}
+
+// busySince is the busy share of all CPUs since c0.
+func (c cpuTimes) busySince(c0 cpuTimes) float64 {
+	if c.total == c0.total {
+		return 0
+	}
+	return (c.busy - c0.busy) / (c.total - c0.total)
+}
+
 // SetService changes the service time of the connections accepted from now.
 func (s *slowService) SetService(d time.Duration) { s.service.Store(int64(d)) }
 
@@ -133,6 +168,10 @@ func TestAdaptiveAcceptQueue(t *testing.T) {
 		offered          = 1200.0
 		dur              = 12 * time.Second
 		settle           = 4 * time.Second
+		// cpu_high 1: the CPU guard (no increase while the host is
+		// busy; unit-tested in control) stays out of the way on a
+		// machine that other work keeps busy, so that the test judges
+		// the law alone. The law is the default, track.
 	)
 	run := func(t *testing.T, behavior string) (loadResult, uint64, int64) {
 		e := newEnv(t)
@@ -140,8 +179,8 @@ func TestAdaptiveAcceptQueue(t *testing.T) {
 		svc := startSlowService(t, e.lab.Server, addr, backlog, workers, service)
 		extra := ""
 		if behavior == "adaptive" {
-			extra = `
-    adaptive: {target_latency: 25ms, min_rate: 100, max_rate: 2000, ka: 5, km: 0.3, signal: accept_queue}`
+			extra = fmt.Sprintf(`
+    adaptive: {target_latency: 25ms, min_rate: 100, max_rate: 2000, ka: 5, km: 0.3, cpu_high: 1, signal: accept_queue}`)
 		}
 		e.startDaemon(e.writeRules("rules.yaml", fmt.Sprintf(`rules:
   - name: svc
@@ -160,9 +199,15 @@ func TestAdaptiveAcceptQueue(t *testing.T) {
 		t.Logf("e2e %s: kernel passed %d and dropped %d SYNs; rate in force at the end %.0f/s", behavior, pass, drop, rate)
 		return res, svc.overflow() - o0, svc.served.Load() - s0
 	}
+	cpu0 := hostCPU(t)
 	static, staticOverflows, staticServed := run(t, "reject")
+	cpu1 := hostCPU(t)
 	adaptive, adaptiveOverflows, adaptiveServed := run(t, "adaptive")
+	busy := hostCPU(t).busySince(cpu1)
 	measured := (dur - settle).Seconds()
+	// The capacity as measured: the static rule keeps the listen queue
+	// full, so its workers serve as fast as they can on this machine.
+	capacity := float64(staticServed) / measured
 	t.Logf("e2e adaptive vs static (capacity 400 conn/s, offered %.0f/s, target 25 ms): static: %d/%d ok, p50 %v p99 %v, %d listen overflows, goodput %.0f/s; adaptive: %d/%d ok, p50 %v p99 %v, %d listen overflows, goodput %.0f/s",
 		offered, static.ok, static.attempts, static.p(0.5), static.p(0.99), staticOverflows, float64(staticServed)/measured,
 		adaptive.ok, adaptive.attempts, adaptive.p(0.5), adaptive.p(0.99), adaptiveOverflows, float64(adaptiveServed)/measured)
@@ -179,9 +224,16 @@ func TestAdaptiveAcceptQueue(t *testing.T) {
 	if p50 := adaptive.p(0.5); p50 > 25*time.Millisecond*2+service {
 		t.Errorf("adaptive: median latency %v, want near the 25 ms target + 10 ms service", p50)
 	}
-	// AIMD hunts around the capacity (docs/control.md): measured goodput
-	// is 58-78 % of it here; below half, the loop would be starving it.
-	if g := float64(adaptiveServed) / measured; g < 0.5*400 {
-		t.Errorf("adaptive goodput %.0f/s, want at least half the 400/s capacity", g)
+	// The default law, track (docs/control.md), sets R to the service
+	// rate it measures plus what drains the queue to the target: the
+	// queue never empties for long, so the workers never idle and the
+	// goodput is the capacity, less the noise of the accept queue's
+	// Little's-law estimate over 50 ms ticks (it served 0.92 of the
+	// capacity measured: bench/results/2026-12-01-tests.log). Under 85 %
+	// the law leaves the service idle.
+	const minShare = 0.85
+	if g := float64(adaptiveServed) / measured; g < minShare*capacity {
+		t.Errorf("adaptive goodput %.0f/s, want at least %.2f of the capacity %.0f/s the static run measured (%.0f/s); host CPU busy %.0f %% meanwhile (the static run: %.0f %%)",
+			g, minShare, capacity, minShare*capacity, 100*busy, 100*cpu1.busySince(cpu0))
 	}
 }
