@@ -21,6 +21,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/xlimit/xlimit/userspace/config"
@@ -378,20 +380,25 @@ func xlimitBinary(t *testing.T) string {
 	return bin
 }
 
-// TestKustomize renders the kustomization with kubectl where it is
-// installed (it is not needed: the decoding above is the check CI runs).
+// TestKustomize renders the kustomization with kustomize's own Go API
+// (sigs.k8s.io/kustomize/api, the library `kubectl kustomize` runs), so it
+// needs no kubectl and runs everywhere.
 func TestKustomize(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		t.Skip("kubectl is not installed; the strict decoding in TestManifests covers the manifests")
+		t.Fatal(err)
 	}
-	out, err := exec.Command(kubectl, "kustomize", dir).CombinedOutput()
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), abs)
 	if err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+		t.Fatalf("kustomize build %s: %v", abs, err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatalf("kustomize build %s: render: %v", abs, err)
 	}
 	for _, kind := range []string{"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Service"} {
 		if !bytes.Contains(out, []byte("\nkind: "+kind+"\n")) {
-			t.Errorf("kubectl kustomize output has no %s", kind)
+			t.Errorf("kustomize output has no %s:\n%s", kind, out)
 		}
 	}
 }
