@@ -47,6 +47,12 @@ type results struct {
 	acc      map[key][]point // live accuracy: receiver × configured rate
 	hl       map[string][]point
 	skipped  map[string]string
+
+	src      source
+	kcfg     kernelConfig
+	testsRaw string
+	tests    []goBench
+	testsErr error
 }
 
 func newResults(c config) *results {

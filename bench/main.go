@@ -21,6 +21,14 @@
 //  3. Rate accuracy: maps' fake-clock accuracy tests, and admitted versus
 //     configured on live traffic for xlimit and nftables limit; and the
 //     effect of the burst and of the CPU count on hashlimit.
+//  4. Control: tests/' benchmarks (go test -bench), the adaptive scenario
+//     of docs/design.md §7 and the paced queue; their tables go into the
+//     report.
+//
+// The report names the commit measured and refuses a tree that differs
+// from it (-allow-dirty measures it anyway and says so at the top), and
+// states the machine's facts (HZ, IRQ time accounting, ring overflows,
+// whether the generator kept up) as read or measured in the run.
 //
 // Every live measurement is repeated (-reps, default 3) and reported as
 // median (min–max). Nothing here asserts a speed.
@@ -71,6 +79,9 @@ type config struct {
 	outDir      string
 	skipMaps    bool
 	skipFake    bool
+	skipTests   bool   // tests/' benchmarks (adaptive scenario, paced queue)
+	testsBench  string // their -bench pattern
+	allowDirty  bool
 }
 
 func main() {
@@ -87,6 +98,9 @@ func main() {
 	flag.StringVar(&c.outDir, "out", "bench/results", "directory for the report")
 	flag.BoolVar(&c.skipMaps, "skip-maps-bench", false, "skip maps' BPF_PROG_TEST_RUN benchmarks")
 	flag.BoolVar(&c.skipFake, "skip-fake-clock", false, "skip maps' fake-clock accuracy tests")
+	flag.BoolVar(&c.skipTests, "skip-tests-bench", false, "skip tests/' benchmarks (adaptive scenario, paced queue)")
+	flag.StringVar(&c.testsBench, "tests-bench", "AdaptiveScenario|PacedQueue", "-bench pattern of tests/' benchmarks")
+	flag.BoolVar(&c.allowDirty, "allow-dirty", false, "measure a tree that differs from its commit (the report says so at the top)")
 	quick := flag.Bool("quick", false, "one repetition, short windows (a smoke test; not for publishing)")
 	flag.Parse()
 	c.levels = []float64{250e3, 1e6, 4e6}
@@ -154,7 +168,17 @@ func run(ctx context.Context, c config) (err error) {
 	if err := os.Chdir(root); err != nil {
 		return err
 	}
+	src, err := treeSource(c.outDir)
+	if err != nil {
+		return err
+	}
+	if len(src.dirty) > 0 && !c.allowDirty {
+		return fmt.Errorf("the tree differs from commit %s (-allow-dirty to measure it anyway, marked in the report):\n%s",
+			src.commit, strings.Join(src.dirty, "\n"))
+	}
 	res := newResults(c)
+	res.src = src
+	res.kcfg = readKernelConfig()
 
 	// 1. Per-packet cost, and 3a. fake-clock accuracy: before the live
 	// part, so that nothing of ours runs at the same time.
@@ -179,6 +203,9 @@ func run(ctx context.Context, c config) (err error) {
 		return err
 	}
 	defer func() {
+		if e == nil {
+			return
+		}
 		if cerr := e.close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
 		}
@@ -187,6 +214,18 @@ func run(ctx context.Context, c config) (err error) {
 	res.lab = fmt.Sprintf("veth %s/%s, %d queues each; generator on CPUs %v", e.lab.ClientIf, e.lab.ServerIf, len(e.cpus), e.cpus)
 	if err := res.live(ctx, e); err != nil {
 		return err
+	}
+	// 4. tests/' benchmarks, with the live lab gone: they make their own.
+	if !c.skipTests {
+		if cerr := e.close(); cerr != nil {
+			return fmt.Errorf("cleanup: %w", cerr)
+		}
+		e = nil
+		progress("control: go test -bench '%s' ./tests/", c.testsBench)
+		res.testsRaw, res.tests, res.testsErr = runTestsBench(ctx, os.Getenv("XLIMIT_BIN"), c.testsBench)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	res.finish()
 

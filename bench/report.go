@@ -90,7 +90,16 @@ func (r *results) markdown() string {
 	c := r.c
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# xlimit benchmarks, %s, %s\n\n", r.start.Format("2006-01-02 15:04 MST"), r.host)
-	w("- Machine: %s, %d CPUs, Linux %s, %s; xlimit %s\n", r.cpuModel, runtime.NumCPU(), r.kernel, r.goVersion, r.version)
+	if len(r.src.dirty) > 0 {
+		w("> **DIRTY TREE: these numbers are not those of commit %s.** The run was made with -allow-dirty from a tree "+
+			"that differs from it in %d paths:\n>\n", r.src.commit, len(r.src.dirty))
+		for _, d := range r.src.dirty {
+			w("> `%s`<br>\n", d)
+		}
+		w("\n")
+	}
+	w("- Commit: %s (%s)%s\n", r.src.commit, r.version, map[bool]string{true: ", **dirty tree**", false: ", clean tree"}[len(r.src.dirty) > 0])
+	w("- Machine: %s, %d CPUs, Linux %s, %s; %s; %s\n", r.cpuModel, runtime.NumCPU(), r.kernel, r.goVersion, r.kcfg.hzText(), r.irqTimeText())
 	w("- Load average at the start %s, at the end %s (other work on the machine shares the CPUs: see *Method*)\n", r.loadStart, r.loadEnd)
 	w("- %s; %d repetitions of every live measurement, shown as median (min–max); run time %v\n\n",
 		r.lab, c.reps, r.end.Sub(r.start).Round(time.Second))
@@ -100,7 +109,9 @@ func (r *results) markdown() string {
 	r.cmpSection(&b)
 	r.rndSection(&b)
 	r.accSection(&b)
+	r.controlSection(&b)
 	r.robustSection(&b)
+	r.conclusions(&b)
 	r.methodSection(&b)
 	return b.String()
 }
@@ -174,9 +185,8 @@ func (r *results) genSection(b *strings.Builder) {
 		ns := over(ps, pathNS).med
 		w("\n**Generator speed:** %s Mpps against XDP_DROP on %d CPUs shared with the receiver and with whatever else runs on the "+
 			"machine; %.0f ns of CPU per frame for generating, transmitting and dropping it, i.e. %.1f Mpps per free CPU "+
-			"(%.1f Mpps on %d). Every receiver below costs several times more per packet than the generator, so the generator is "+
-			"not the bottleneck: the reached rate falls with the receiver's cost.\n",
-			over(ps, mpps).format("%.2f"), len(r.cpus), ns, 1e3/ns, 1e3/ns*float64(len(r.cpus)), len(r.cpus))
+			"(%.1f Mpps on %d). %s\n",
+			over(ps, mpps).format("%.2f"), len(r.cpus), ns, 1e3/ns, 1e3/ns*float64(len(r.cpus)), len(r.cpus), r.generatorVerdict())
 	}
 	w("\n")
 }
@@ -219,14 +229,12 @@ func (r *results) cmpSection(b *strings.Builder) {
 	w("\n")
 
 	w("### Same offered load\n\n")
-	w("The generator paced to a fixed total rate (about 1 ms of frames per call and CPU). `reached` is the offered rate " +
-		"achieved: below the target when generator and receiver together ran out of CPU, which is where the receiver stops " +
-		"sustaining the load (no receiver ever overflowed the veth's ring: the receiving softirq runs on the sending thread " +
-		"after each batch, so an overloaded receiver slows the generator down instead). CPU ns per packet is the precise " +
-		"measure; at low rates it includes a fixed cost per call and cold caches after each pause, the same for every " +
-		"receiver, hence the XDP_DROP reference; for `no filter` it also includes waking the UDP sink's reader for nearly " +
-		"every packet. softirq from /proc/stat is sampled at the tick and unreliable at partial load (the kernel has no IRQ " +
-		"time accounting here).\n\n")
+	w("The generator paced to a fixed total rate (about 1 ms of frames per call and CPU). `reached` is the offered rate "+
+		"achieved: below the target when generator and receiver together ran out of CPU, which is where the receiver stops "+
+		"sustaining the load (%s). CPU ns per packet is the precise "+
+		"measure; at low rates it includes a fixed cost per call and cold caches after each pause, the same for every "+
+		"receiver, hence the XDP_DROP reference; for `no filter` it also includes waking the UDP sink's reader for nearly "+
+		"every packet. softirq from /proc/stat: %s.\n\n", r.ringText(), r.softirqText())
 	t = newTable(b, "receiver", "target Mpps", "reached Mpps", "dropped ÷ offered", "refused by the veth", "CPU ns/packet", "above XDP_DROP ns/packet", "softirq ms per Mpkt")
 	for _, lvl := range c.levels {
 		base := r.drop(lvl)
@@ -297,10 +305,10 @@ func (r *results) accSection(b *strings.Builder) {
 	w("A flood flat out from one source for %v from a standing start, against a limit at the configured rate with a burst "+
 		"of a tenth of a second's worth (at least 5). Admitted is counted, and dropped, by an nftables rule at netdev ingress "+
 		"right behind the limiter (`udp dport %d counter drop`; for nft limit the next rule of the same chain), so that admitted "+
-		"packets cost little and rates the UDP stack could not absorb (about 1 Mpps here, see the generator table) can be "+
+		"packets cost little and rates the UDP stack could not absorb (%s) can be "+
 		"measured. Every counter is read at rest, before and after; a saturated limiter admits its burst plus rate × the "+
 		"flood's duration (first BPF_PROG_TEST_RUN call to the end of the last), so the admitted rate is "+
-		"(admitted − burst) ÷ duration.\n\n", r.c.accDuration, sinkPort)
+		"(admitted − burst) ÷ duration.\n\n", r.c.accDuration, sinkPort, r.stackText())
 	rates := slices.Clone(r.c.accRates)
 	slices.Sort(rates)
 	t := newTable(b, "configured pkt/s", "receiver", "admitted pkt/s beyond the burst", "÷ configured", "offered Mpps")
@@ -328,11 +336,7 @@ func (r *results) accSection(b *strings.Builder) {
 		t.row(h.label(), over(ps, mpps).format("%.2f"), over(ps, admittedPPS).format("%.0f"),
 			over(ps, func(p point) float64 { return p.rate(p.Admitted) / r.c.rate }).format("%.3f"))
 	}
-	w("\nhashlimit refills by jiffies (HZ=250 here): it cannot admit more than its burst per jiffy, so with the default " +
-		"burst of 5 it caps at 5 × 250 = 1250/s whatever the configured rate. With a large burst on one CPU it is exact; with " +
-		"two CPUs it over-admits. A likely cause, from xt_hashlimit.c: hashlimit_mt_common reads `now = jiffies` before taking " +
-		"the entry's lock, and rateinfo_recalc computes the unsigned `now - prev`; when the other CPU has already moved " +
-		"`prev` a jiffy ahead, the difference wraps and the credit is refilled to the whole burst.\n\n")
+	w("\n%s\n\n", r.hashlimitText())
 }
 
 func (r *results) robustSection(b *strings.Builder) {
@@ -352,9 +356,8 @@ func (r *results) methodSection(b *strings.Builder) {
 		"softirq work the kernel does on them) plus that of the ksoftirqd threads, over the window, per offered packet: " +
 		"generating, transmitting and receiving, and nothing else on the machine. The receiver's own cost is that minus the " +
 		"XDP_DROP reference at the same load. It excludes user space (the UDP sink reading admitted packets, the xlimit daemon).\n")
-	w("- **softirq ms per Mpkt** is the softirq column of /proc/stat summed over all CPUs. The kernel has no " +
-		"CONFIG_IRQ_TIME_ACCOUNTING, so softirq time is sampled at the tick: good flat out (the CPUs are busy with the flood), " +
-		"unreliable at partial load, and it includes softirq work of anything else running on the machine.\n")
+	w("- **softirq ms per Mpkt** is the softirq column of /proc/stat summed over all CPUs. %s; it includes softirq work of "+
+		"anything else running on the machine.\n", r.softirqText())
 	w("- Receivers other than xlimit sit behind a one-instruction XDP_PASS program on the server veth: a veth accepts " +
 		"redirected XDP frames only while its peer has NAPI on, which an XDP program (xlimit's own too) or GRO switches on. " +
 		"The generator table shows the GRO-only variant for the stack.\n")

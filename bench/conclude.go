@@ -1,0 +1,257 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// The report's statements about the machine and the run, each computed
+// from what this run read or measured: nothing here is fixed in advance.
+
+// irqTimeText says whether the kernel accounts IRQ time, from its config.
+func (r *results) irqTimeText() string {
+	switch {
+	case r.kcfg.from == "":
+		return "IRQ time accounting unknown (no kernel config readable)"
+	case r.kcfg.irqTime == "y":
+		return "IRQ time accounting on (CONFIG_IRQ_TIME_ACCOUNTING=y)"
+	default:
+		return "no IRQ time accounting (CONFIG_IRQ_TIME_ACCOUNTING not set)"
+	}
+}
+
+// softirqText is how far the softirq column of /proc/stat can be trusted
+// on this kernel.
+func (r *results) softirqText() string {
+	switch {
+	case r.kcfg.from == "":
+		return "whether the kernel accounts IRQ time exactly is unknown (no kernel config readable), so it may be sampled at the tick and unreliable at partial load"
+	case r.kcfg.irqTime == "y":
+		return fmt.Sprintf("the kernel accounts IRQ time exactly (CONFIG_IRQ_TIME_ACCOUNTING=y in %s), so it holds at any load", r.kcfg.from)
+	default:
+		return fmt.Sprintf("the kernel has no CONFIG_IRQ_TIME_ACCOUNTING (%s), so softirq time is sampled at the tick: good flat out "+
+			"(the CPUs are busy with the flood), unreliable at partial load", r.kcfg.from)
+	}
+}
+
+// allPoints is every live point of the run, with its table's name.
+func (r *results) allPoints() map[string][]point {
+	all := map[string][]point{}
+	for label, ps := range r.gen {
+		all["generator: "+label] = ps
+	}
+	for k, ps := range r.cmp {
+		name := "comparison flat out: " + k.receiver
+		if k.level > 0 {
+			name = fmt.Sprintf("same offered load %.2f Mpps: %s", k.level/1e6, k.receiver)
+		}
+		all[name] = ps
+	}
+	for kind, ps := range r.rnd {
+		all["random sources: "+kind] = ps
+	}
+	for k, ps := range r.acc {
+		all[fmt.Sprintf("accuracy %.0f/s: %s", k.level, k.receiver)] = ps
+	}
+	for label, ps := range r.hl {
+		all["burst and CPUs: "+label] = ps
+	}
+	return all
+}
+
+// ringText says whether any receiver made the veth refuse frames (its
+// receive ring full), from the counters of every point.
+func (r *results) ringText() string {
+	var over []string
+	var points int
+	var refused uint64
+	for name, ps := range r.allPoints() {
+		var n uint64
+		for _, p := range ps {
+			n += p.RingDrops
+		}
+		points += len(ps)
+		refused += n
+		if n > 0 {
+			over = append(over, fmt.Sprintf("%s (%d frames, at most %.2g of those offered)", name, n, over2(ps)))
+		}
+	}
+	if refused == 0 {
+		return fmt.Sprintf("no receiver overflowed the veth's ring in this run: 0 frames refused over %d measurements, "+
+			"as the veth's and the client's drop counters show; the receiving softirq runs on the sending thread after each "+
+			"batch, so an overloaded receiver slows the generator down instead", points)
+	}
+	slices.Sort(over)
+	return fmt.Sprintf("the veth's ring overflowed in this run (%d frames refused in all, counted apart, never seen by a filter): %s",
+		refused, strings.Join(over, "; "))
+}
+
+func over2(ps []point) float64 { return over(ps, ringFrac).max }
+
+// generatorVerdict says, per receiver of the flat-out comparison, whether
+// the rate reached measures the receiver or the generator: a receiver
+// that reaches (nearly) the rate the generator reaches against XDP_DROP,
+// the cheapest receiver there is, leaves the generator as the limit.
+func (r *results) generatorVerdict() string {
+	ref := r.cmp[key{rcvDrop, 0}]
+	if len(ref) == 0 {
+		return "(No XDP_DROP reference flat out in this run: whether the generator limits the comparison is not known.)"
+	}
+	refRate, base := over(ref, mpps).med, over(ref, pathNS).med
+	var bound, free []string
+	for _, kind := range comparisonReceivers {
+		ps := r.cmp[key{kind, 0}]
+		if kind == rcvDrop || len(ps) == 0 {
+			continue
+		}
+		reached, path := over(ps, mpps).med, over(ps, pathNS).med
+		d := fmt.Sprintf("%s %.2f Mpps (%.0f%% of XDP_DROP's), %.0f ns above the reference", kind, reached, 100*reached/refRate, path-base)
+		if reached >= 0.9*refRate || path-base < base {
+			bound = append(bound, d)
+		} else {
+			free = append(free, d)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Against the generator's %.0f ns per frame with XDP_DROP (%.2f Mpps): ", base, refRate)
+	if len(free) > 0 {
+		fmt.Fprintf(&b, "these receivers cost more per packet than generator and reference together and reach under 90%% of "+
+			"the reference's rate, so their rates measure them, not the generator: %s. ", strings.Join(free, "; "))
+	}
+	if len(bound) > 0 {
+		fmt.Fprintf(&b, "**The generator is a limit** for these (they reach at least 90%% of the reference's rate, or cost "+
+			"less above it than the generator itself): %s; their reached rates are a lower bound of what they sustain, "+
+			"and their CPU ns per packet is the measure.", strings.Join(bound, "; "))
+	} else {
+		b.WriteString("the generator is not the bottleneck of any receiver in this run.")
+	}
+	return b.String()
+}
+
+// stackText is the rate the UDP stack absorbed flat out in this run.
+func (r *results) stackText() string {
+	ps := r.cmp[key{rcvNone, 0}]
+	if len(ps) == 0 {
+		return "not measured in this run: no `no filter` point"
+	}
+	return fmt.Sprintf("%s admitted per second flat out in this run, the comparison's `no filter` row", over(ps, admittedPPS).format("%.0f"))
+}
+
+// hashlimitText explains the burst-and-CPUs table from the measured
+// ratios and the kernel's HZ.
+func (r *results) hashlimitText() string {
+	var b strings.Builder
+	cases := hashlimitCases(r.cpus, max(5, r.c.rate/10))
+	ratio := func(h hlCase) float64 {
+		ps := r.hl[h.label()]
+		if len(ps) == 0 {
+			return math.NaN()
+		}
+		return over(ps, func(p point) float64 { return p.rate(p.Admitted) / r.c.rate }).med
+	}
+	small1, big1, bigN := ratio(cases[0]), ratio(cases[2]), ratio(cases[3])
+	if r.kcfg.hz > 0 {
+		jcap := 5 * float64(r.kcfg.hz)
+		fmt.Fprintf(&b, "hashlimit refills by jiffies (HZ=%d, read from %s at run time): it cannot admit more than its burst per "+
+			"jiffy, so with the default burst of 5 it caps at 5 × %d = %.0f/s whatever the configured rate (%.0f/s here); "+
+			"measured on one CPU: %.3f of the configured rate, i.e. %.0f/s", r.kcfg.hz, r.kcfg.from, r.kcfg.hz, jcap, r.c.rate,
+			small1, small1*r.c.rate)
+		if !math.IsNaN(small1) && jcap < r.c.rate {
+			fmt.Fprintf(&b, " (%.2f of the cap)", small1*r.c.rate/jcap)
+		}
+		b.WriteString(". ")
+	} else {
+		fmt.Fprintf(&b, "hashlimit refills by jiffies; %s, so the cap of 5 × HZ per second with the default burst cannot be "+
+			"stated; measured on one CPU with burst 5: %.3f of the configured rate. ", r.kcfg.hzText(), small1)
+	}
+	exact := func(x float64) bool { return math.Abs(x-1) <= 0.02 }
+	switch {
+	case math.IsNaN(big1) || math.IsNaN(bigN):
+		b.WriteString("The large-burst cases were not measured.")
+	case exact(big1) && bigN > 1.02:
+		fmt.Fprintf(&b, "With a large burst it is exact on one CPU (%.3f) and over-admits on %d (%.3f). A likely cause, from "+
+			"xt_hashlimit.c: hashlimit_mt_common reads `now = jiffies` before taking the entry's lock, and rateinfo_recalc "+
+			"computes the unsigned `now - prev`; when the other CPU has already moved `prev` a jiffy ahead, the difference "+
+			"wraps and the credit is refilled to the whole burst.", big1, len(r.cpus), bigN)
+	default:
+		fmt.Fprintf(&b, "With a large burst: %.3f of the configured rate on one CPU, %.3f on %d.", big1, bigN, len(r.cpus))
+	}
+	return b.String()
+}
+
+// conclusions sums up what this run's numbers say, each from the tables
+// above.
+func (r *results) conclusions(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Conclusions of this run\n\nEach computed from the tables above by bench/conclude.go; none is fixed in advance.\n\n")
+	w("- Kernel: %s; %s.\n", r.kcfg.hzText(), r.irqTimeText())
+	w("- Generator: %s\n", r.generatorVerdict())
+	w("- veth ring: %s.\n", r.ringText())
+	w("- UDP stack: %s.\n", r.stackText())
+	if ps := r.cmp[key{rcvXlimit, 0}]; len(ps) > 0 {
+		acc := over(ps, func(p point) float64 { return p.rate(p.Admitted) / r.c.rate })
+		w("- xlimit flat out at %.0f/s admitted %s of the configured rate.\n", r.c.rate, acc.format("%.4f"))
+	}
+	if len(r.acc) > 0 {
+		var worst float64
+		var at string
+		for k, ps := range r.acc {
+			if k.receiver != rcvXlimit {
+				continue
+			}
+			if d := math.Abs(over(ps, accRate).med/k.level - 1); d >= worst {
+				worst, at = d, fmt.Sprintf("%.0f/s", k.level)
+			}
+		}
+		if at != "" {
+			w("- xlimit's live accuracy: the largest deviation from the configured rate is %.2f %% (at %s).\n", 100*worst, at)
+		}
+	}
+	w("- Load average %s at the start, %s at the end on %d CPUs", r.loadStart, r.loadEnd, len(r.cpus))
+	if busy := loadOver(r.loadStart, len(r.cpus)) || loadOver(r.loadEnd, len(r.cpus)); busy {
+		w(": **the machine was busy** (a 1-minute load above half its CPUs): rates reached are low; CPU ns per packet holds.\n")
+	} else {
+		w(": quiet.\n")
+	}
+	for _, gb := range r.tests {
+		w("- %s: `%s`.\n", gb.name, gb.result)
+	}
+	w("\n")
+}
+
+// loadOver is whether a /proc/loadavg triple's 1-minute figure is above
+// half the CPUs.
+func loadOver(triple string, cpus int) bool {
+	var one float64
+	if _, err := fmt.Sscanf(triple, "%g", &one); err != nil {
+		return false
+	}
+	return one > float64(cpus)/2
+}
+
+// controlSection is tests/' benchmarks: their own tables as they printed
+// them, with their result lines.
+func (r *results) controlSection(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## 4. Control: adaptive scenario and paced queue\n\n")
+	switch {
+	case r.c.skipTests:
+		w("Skipped (-skip-tests-bench).\n\n")
+		return
+	case r.testsErr != nil:
+		w("Failed: %v\n\n```\n%s```\n\n", r.testsErr, r.testsRaw)
+		return
+	}
+	w("`go test -v -run '^$' -bench '%s' -benchtime 1x ./tests/` with the daemon of this run (tests/scenario_test.go and "+
+		"tests/queue_test.go document them); each benchmark's tables as it printed them.\n\n", r.c.testsBench)
+	for _, gb := range r.tests {
+		w("### %s\n\n%s\n\n`%s`\n\n", strings.TrimPrefix(gb.name, "Benchmark"), strings.TrimSpace(gb.output), gb.result)
+		if strings.TrimSpace(gb.logs) != "" {
+			w("<details><summary>its log</summary>\n\n```\n%s```\n</details>\n\n", gb.logs)
+		}
+	}
+}
