@@ -11,12 +11,6 @@ import (
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
-// applyReq carries a PUT /v1/rules to the loop goroutine.
-type applyReq struct {
-	text []byte
-	done chan error
-}
-
 // setRules records the rules text in force and where it came from.
 func (d *daemon) setRules(text []byte, source string, s *Specs) {
 	names := make(map[string]bool, len(s.Dataplane.Rules))
@@ -69,13 +63,22 @@ func (d *daemon) Feedback(f api.Feedback) error {
 	return err
 }
 
-// ApplyRules implements api.Daemon: the loop goroutine applies.
+// ApplyRules implements api.Daemon: PUT /v1/rules, refused while the
+// rules come from a rules source (which would overwrite them at its next
+// change anyway), else prepared off the loop and committed by it.
 func (d *daemon) ApplyRules(text []byte) error {
-	req := applyReq{text: text, done: make(chan error, 1)}
+	if d.src != nil {
+		return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
+	}
+	j := job{doc: document{origin: FromAPI, name: "api", label: "api", text: text}, done: make(chan error, 1)}
+	d.prep.submit(j)
 	select {
-	case d.applyCh <- req:
+	case err := <-j.done:
+		if err != nil {
+			return fmt.Errorf("%w: %w", api.ErrRejected, err)
+		}
+		return nil
 	case <-d.loopDone:
 		return errors.New("the daemon is stopping")
 	}
-	return <-req.done
 }

@@ -49,7 +49,8 @@ type Options struct {
 	Notify      func(state string) // systemd's notify socket (sd_notify)
 	HostSignals func() (HostSignals, error)
 
-	stallAfter time.Duration // fault injection (faults.go): the loop hangs after this
+	stallAfter    time.Duration // fault injection (faults.go): the loop hangs after this
+	beforePrepare func()        // tests (export_test.go): runs where a document is prepared
 }
 
 // HostSignals reads the host's signals for the control loop: per rule, and
@@ -83,7 +84,7 @@ type daemon struct {
 	plans map[string]*dataplane.Plan
 
 	api      *api.Server
-	applyCh  chan applyReq
+	prep     *preparer // documents that arrive while running (prepare.go)
 	loopDone chan struct{}
 
 	rulesMu     sync.Mutex // guards the fields below against the API
@@ -122,8 +123,13 @@ func Run(ctx context.Context, o Options) error {
 }
 
 func (d *daemon) run(ctx context.Context) (err error) {
-	start, err := d.startupRules(ctx)
+	// The startup document may be large: SIGTERM must not wait for it.
+	start, err := untilDone(ctx, func() (*prepared, error) { return d.startupRules(ctx) })
 	if err != nil {
+		if ctx.Err() != nil {
+			d.log.Info("stopped while reading the rules; nothing was attached")
+			return nil
+		}
 		return err
 	}
 	ifaces := d.opts.Interfaces
@@ -140,7 +146,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 
 	// The API socket first: a second daemon refused there must fail
 	// before it touches any interface.
-	d.applyCh, d.loopDone = make(chan applyReq), make(chan struct{})
+	d.prep, d.loopDone = newPreparer(), make(chan struct{})
 	defer close(d.loopDone)
 	if d.opts.APISocket != "" {
 		srv, err := api.Start(d.opts.APISocket, d, d.log)
@@ -207,6 +213,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	prepCtx, stopPrep := context.WithCancel(ctx)
+	defer stopPrep()
+	go d.prep.run(prepCtx, d.prepareDoc)
 	// One goroutine owns the loop: ticks and reloads never interleave, and a
 	// stuck tick stops the watchdog pings.
 	tick := time.NewTicker(d.loop.Period())
@@ -233,8 +242,8 @@ func (d *daemon) run(ctx context.Context) (err error) {
 				d.log.Info("the rules file changed; reloading", "file", c.Path)
 				d.reloadFile(FromWatch)
 			}
-		case req := <-d.applyCh:
-			req.done <- d.applyFromAPI(req.text)
+		case r := <-d.prep.out:
+			d.finish(r)
 		case doc := <-d.sourceUpdates():
 			d.applySource(doc)
 		case <-tick.C:

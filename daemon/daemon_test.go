@@ -48,13 +48,23 @@ func rules(rate string) string {
 	return "rules:\n  - name: udp\n    protocol: udp\n    ports: [9000]\n    rate: " + rate + "\n"
 }
 
-// TestRunInProcess runs the daemon in this process, on a veth of a lab
-// namespace, with its dependencies injected (systemd's notify socket and
-// the host's signals), and sends it rules documents of every runtime
-// origin: the startup file, the API, the file watch, a bad file. Each takes
-// the one rules path: the kernel's rate changes for a good document, the
-// persisted state follows its origin, and a bad document changes nothing.
-func TestRunInProcess(t *testing.T) {
+// inProcess is a daemon running in this process on a veth of a lab
+// namespace (startInProcess).
+type inProcess struct {
+	l        *lab.Lab
+	o        daemon.Options
+	bpffs    string
+	stateDir string
+	logs     *syncBuffer
+	notified chan string
+	stop     func() error
+}
+
+// startInProcess starts the daemon in this process with file's rules, on
+// the server's veth of a new lab, and waits for READY. edit, when not nil,
+// changes the options first. Everything is removed at the test's end.
+func startInProcess(t *testing.T, file string, edit func(*daemon.Options)) *inProcess {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("daemon: skipping the in-process daemon test: it needs root (namespaces, XDP, bpffs); CI runs it as root")
 	}
@@ -80,20 +90,19 @@ func TestRunInProcess(t *testing.T) {
 			t.Errorf("unmount bpffs: %v", err)
 		}
 	})
-	file := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(file, []byte(rules("1000")), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	stateDir := filepath.Join(dir, "state")
-	var logs syncBuffer
+	logs := &syncBuffer{}
 	notified := make(chan string, 64)
 	o := daemon.Options{
 		Config: file, Interfaces: []string{l.ServerIf}, Mode: loader.ModeGeneric,
 		APISocket: filepath.Join(dir, "api.sock"), BPFFS: bpffs, StateDir: stateDir,
 		Period: 50 * time.Millisecond, FailStatic: time.Second,
-		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
 		Notify:      func(state string) { notified <- state },
 		HostSignals: func() (daemon.HostSignals, error) { return nil, errors.New("no host signals in this test") },
+	}
+	if edit != nil {
+		edit(&o)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -132,27 +141,48 @@ func TestRunInProcess(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no READY within 20s\n%s", logs.String())
 	}
+	return &inProcess{l: l, o: o, bpffs: bpffs, stateDir: stateDir, logs: logs, notified: notified, stop: stop}
+}
 
-	rate := func() float64 {
-		t.Helper()
-		st, err := daemon.ReadStatus(bpffs, l.ServerIf)
-		if err != nil {
-			t.Fatalf("status: %v", err)
-		}
-		if len(st.Rules) != 1 {
-			t.Fatalf("status has %d rules, want 1: %+v", len(st.Rules), st.Rules)
-		}
-		return st.Rules[0].Rate
+// rate is the kernel's rate of the only rule.
+func (d *inProcess) rate(t *testing.T) float64 {
+	t.Helper()
+	st, err := daemon.ReadStatus(d.bpffs, d.l.ServerIf)
+	if err != nil {
+		t.Fatalf("status: %v", err)
 	}
-	waitRate := func(what string, want float64) {
-		t.Helper()
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-			if near(rate(), want) {
-				return
-			}
-		}
-		t.Fatalf("%s: rate %v, want %v\n%s", what, rate(), want, logs.String())
+	if len(st.Rules) != 1 {
+		t.Fatalf("status has %d rules, want 1: %+v", len(st.Rules), st.Rules)
 	}
+	return st.Rules[0].Rate
+}
+
+// waitRate waits up to 10 s for the only rule's rate to be want.
+func (d *inProcess) waitRate(t *testing.T, what string, want float64) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if near(d.rate(t), want) {
+			return
+		}
+	}
+	t.Fatalf("%s: rate %v, want %v\n%s", what, d.rate(t), want, d.logs.String())
+}
+
+// TestRunInProcess runs the daemon in this process, on a veth of a lab
+// namespace, with its dependencies injected (systemd's notify socket and
+// the host's signals), and sends it rules documents of every runtime
+// origin: the startup file, the API, the file watch, a bad file. Each takes
+// the one rules path: the kernel's rate changes for a good document, the
+// persisted state follows its origin, and a bad document changes nothing.
+func TestRunInProcess(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(rules("1000")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startInProcess(t, file, nil)
+	o, stateDir, logs, notified, stop, bpffs, l := d.o, d.stateDir, d.logs, d.notified, d.stop, d.bpffs, d.l
+	rate := func() float64 { t.Helper(); return d.rate(t) }
+	waitRate := func(what string, want float64) { t.Helper(); d.waitRate(t, what, want) }
 	readState := func(name string) string {
 		data, err := os.ReadFile(filepath.Join(stateDir, name))
 		if errors.Is(err, os.ErrNotExist) {
@@ -228,4 +258,64 @@ func TestRunInProcess(t *testing.T) {
 	if got := rate(); !near(got, 2000) {
 		t.Errorf("after stop the rate is %v, want 2000", got)
 	}
+}
+
+// TestPrepareOffLoop: a document that takes long to prepare (held here by
+// a hook where it is prepared) does not stop the control loop: its ticks
+// go on and so do the watchdog's pings, and the document is applied when
+// its preparation ends.
+func TestPrepareOffLoop(t *testing.T) {
+	t.Setenv("WATCHDOG_USEC", "100000") // a ping at most every 50 ms, one per tick
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(rules("1000")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	d := startInProcess(t, file, func(o *daemon.Options) {
+		daemon.SetBeforePrepare(o, func() {
+			held <- struct{}{}
+			<-release
+		})
+	})
+	defer once.Do(func() { close(release) })
+	c := api.NewClient(d.o.APISocket)
+	defer c.Close()
+	put := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := c.PutRules(ctx, []byte(rules("3000")), "")
+		put <- err
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the document never reached its preparation\n%s", d.logs.String())
+	}
+	// Drain what came before, then count the pings while it is held.
+	for len(d.notified) > 0 {
+		<-d.notified
+	}
+	pings := 0
+	for deadline := time.After(5 * time.Second); pings < 5; {
+		select {
+		case s := <-d.notified:
+			if s == "WATCHDOG=1" {
+				pings++
+			}
+		case <-deadline:
+			t.Fatalf("%d watchdog pings in 5 s while a document was being prepared: the loop is stuck\n%s", pings, d.logs.String())
+		}
+	}
+	once.Do(func() { close(release) })
+	if err := <-put; err != nil {
+		t.Fatalf("PUT rules: %v", err)
+	}
+	d.waitRate(t, "the API's document after its long preparation", 3000)
+	// Keep the loop's pings from filling the channel until the stop.
+	go func() {
+		for range d.notified {
+		}
+	}()
 }

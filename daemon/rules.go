@@ -67,6 +67,9 @@ type prepared struct {
 	doc   document
 	cfg   *config.Config
 	specs *Specs
+	// plans, compiled off the loop (prepareDoc), are valid while the
+	// plans in force are still against's.
+	plans, against map[string]*dataplane.Plan
 }
 
 // prepare parses, validates and translates a document; it touches nothing.
@@ -99,22 +102,26 @@ func (d *daemon) applyDocument(doc document, p *prepared) error {
 	if err == nil {
 		err = d.commit(p)
 	}
-	o := origins[doc.origin]
 	if err != nil {
-		d.metrics.reload("failure")
-		d.log.Error(o.rejected, "origin", doc.origin, "source", doc.label, "err", err)
+		d.rejected(doc, err)
 		return err
 	}
 	d.metrics.reload("success")
-	d.log.Info(o.applied, "origin", doc.origin, "source", doc.label, "rules", len(p.cfg.Rules))
+	d.log.Info(origins[doc.origin].applied, "origin", doc.origin, "source", doc.label, "rules", len(p.cfg.Rules))
 	return nil
+}
+
+// rejected counts and logs a document that did not validate or compile.
+func (d *daemon) rejected(doc document, err error) {
+	d.metrics.reload("failure")
+	d.log.Error(origins[doc.origin].rejected, "origin", doc.origin, "source", doc.label, "err", err)
 }
 
 // commit compiles a prepared document for every interface, writes the
 // maps, the queues and the control loop, then persists the document
 // according to its origin and records it as the rules in force.
 func (d *daemon) commit(p *prepared) error {
-	if err := d.apply(p.specs); err != nil {
+	if err := d.apply(p); err != nil {
 		return err
 	}
 	d.persist(p.doc)
@@ -128,15 +135,22 @@ func (d *daemon) commit(p *prepared) error {
 	return nil
 }
 
-// apply compiles s for every interface first and writes the maps only when
-// every compilation succeeded.
-func (d *daemon) apply(s *Specs) error {
+// apply compiles p for every interface first (unless prepareDoc did
+// against the plans still in force) and writes the maps only when every
+// compilation succeeded.
+func (d *daemon) apply(pd *prepared) error {
+	s := pd.specs
 	if err := d.planQueues(s); err != nil {
 		return err
 	}
 	plans := make(map[string]*dataplane.Plan, len(d.attach))
 	for _, a := range d.attach {
-		p, err := dataplane.Compile(s.Dataplane, d.plans[a.Iface])
+		prev := d.plans[a.Iface]
+		if p, ok := pd.plans[a.Iface]; ok && pd.against[a.Iface] == prev {
+			plans[a.Iface] = p
+			continue
+		}
+		p, err := dataplane.Compile(s.Dataplane, prev)
 		if err != nil {
 			return err
 		}
@@ -209,15 +223,17 @@ func (d *daemon) saveLastGood(data []byte) {
 	}
 }
 
-// reloadFile re-reads the rules file (a change or SIGHUP).
+// reloadFile re-reads the rules file (a change or SIGHUP) and hands it to
+// the preparer.
 func (d *daemon) reloadFile(origin Origin) {
-	data, err := os.ReadFile(d.opts.Config)
+	doc := document{origin: origin, name: d.opts.Config, label: d.opts.Config}
+	data, err := config.ReadFile(d.opts.Config)
 	if err != nil {
-		d.metrics.reload("failure")
-		d.log.Error(origins[origin].rejected, "origin", origin, "source", d.opts.Config, "err", err)
+		d.rejected(doc, err)
 		return
 	}
-	_ = d.applyDocument(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data}, nil)
+	doc.text = data
+	d.prep.submit(job{doc: doc})
 }
 
 // onHUP re-reads the rules: the file, or the store at once.
@@ -230,22 +246,19 @@ func (d *daemon) onHUP() {
 	d.reloadFile(FromSIGHUP)
 }
 
-// applyFromAPI is PUT /v1/rules, on the loop goroutine: refused while the
-// rules come from a rules source, which would overwrite them at its next
-// change anyway.
-func (d *daemon) applyFromAPI(text []byte) error {
-	if d.src != nil {
-		return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
+// applySource hands a document from the store to the preparer.
+func (d *daemon) applySource(doc rulesource.Document) {
+	if cur, _ := d.Rules(); bytes.Equal(cur, doc.Text) {
+		// The document in force: applyDocument records it as the
+		// source's without preparing it again.
+		d.finish(prepResult{job: job{doc: d.sourceDoc(doc)}})
+		return
 	}
-	if err := d.applyDocument(document{origin: FromAPI, name: "api", label: "api", text: text}, nil); err != nil {
-		return fmt.Errorf("%w: %w", api.ErrRejected, err)
-	}
-	return nil
+	d.prep.submit(job{doc: d.sourceDoc(doc)})
 }
 
-// applySource applies a document from the store, on the loop goroutine.
-func (d *daemon) applySource(doc rulesource.Document) {
-	_ = d.applyDocument(document{origin: FromSource, name: d.src.docName(doc), label: d.src.describe(doc), text: doc.Text, src: doc}, nil)
+func (d *daemon) sourceDoc(doc rulesource.Document) document {
+	return document{origin: FromSource, name: d.src.docName(doc), label: d.src.describe(doc), text: doc.Text, src: doc}
 }
 
 // startupRules returns the document to start with. Without a rules source:
@@ -270,7 +283,7 @@ func (d *daemon) startupRules(ctx context.Context) (*prepared, error) {
 		return p, nil
 	}
 	d.log.Error("rules file unusable; trying the last good rules", "file", d.opts.Config, "err", err)
-	last, lerr := os.ReadFile(d.lastGoodPath())
+	last, lerr := config.ReadFile(d.lastGoodPath())
 	if lerr != nil {
 		return nil, fmt.Errorf("load rules: %w (and no last good rules: %v)", err, lerr)
 	}
@@ -284,7 +297,7 @@ func (d *daemon) startupRules(ctx context.Context) (*prepared, error) {
 
 // prepareFile reads and prepares the --config file.
 func (d *daemon) prepareFile(origin Origin) (*prepared, error) {
-	data, err := os.ReadFile(d.opts.Config)
+	data, err := config.ReadFile(d.opts.Config)
 	if err != nil {
 		return nil, err
 	}

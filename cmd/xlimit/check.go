@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-
 	"fmt"
 
 	"github.com/xlimit/xlimit/daemon"
@@ -10,7 +9,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
-func cmdCheck(_ context.Context, e *env, args []string) error {
+func cmdCheck(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "check", "FILE",
 		"Validate a rules file without touching the kernel. Prints every problem as\n"+
 			"FILE:LINE: field: problem and exits 1 when there is any.")
@@ -21,8 +20,35 @@ func cmdCheck(_ context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: want exactly one FILE", errUsage)
 	}
 	file := fs.Arg(0)
-	cfg, err := config.Load(file)
-	if err != nil {
+	// A large document takes its time: SIGINT and SIGTERM stop it at once.
+	type result struct {
+		cfg   *config.Config
+		specs *daemon.Specs
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		cfg, err := config.Load(file)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		// The compiler is the last judge: what it refuses, run would refuse.
+		specs := daemon.Translate(cfg)
+		if _, err := dataplane.Compile(specs.Dataplane, nil); err != nil {
+			ch <- result{cfg: cfg, err: fmt.Errorf("%s: %w", file, err)}
+			return
+		}
+		ch <- result{cfg: cfg, specs: specs}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		return fmt.Errorf("%s: interrupted: %w", file, context.Cause(ctx))
+	}
+	cfg, specs, err := r.cfg, r.specs, r.err
+	if err != nil && cfg == nil {
 		if errs := config.Errors(err); len(errs) > 0 {
 			for _, fe := range errs {
 				fmt.Fprintln(e.stderr, fe.Error())
@@ -31,10 +57,8 @@ func cmdCheck(_ context.Context, e *env, args []string) error {
 		}
 		return err
 	}
-	// The compiler is the last judge: what it refuses, run would refuse.
-	specs := daemon.Translate(cfg)
-	if _, err := dataplane.Compile(specs.Dataplane, nil); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+	if err != nil {
+		return err
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w.Error())

@@ -15,10 +15,8 @@ package config
 
 import (
 	"cmp"
-	"fmt"
 	"math"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
@@ -358,11 +356,3 @@ func MergePorts(ports []dataplane.PortRange) []dataplane.PortRange {
 	return out
 }
 
-// Load reads the rules file at path and parses it with Parse.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read rules file: %w", err)
-	}
-	return Parse(path, data)
-}

@@ -19,6 +19,9 @@ var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table
 // messages. On failure it returns a nil *Config and the errors.Join of
 // every problem found, each an *Error, sorted by line (see Errors).
 func Parse(file string, data []byte) (cfg *Config, err error) {
+	if err := checkSize(file, int64(len(data))); err != nil {
+		return nil, err
+	}
 	p := &parser{file: file, maxVisits: maxVisitsFloor + maxVisitsPerByte*len(data)}
 	defer func() {
 		// The YAML parser is third-party code; whatever it does, Parse
