@@ -120,7 +120,7 @@ test-fast: lint build-test ## Quick check for developers (< 3 min): lint, unit a
 	XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -run '$(SMOKE_TESTS)' ./tests/
 
 .PHONY: test
-test: lint check-generated vm-validate test-unit test-kernel e2e ## Every tier: lint, generated-code check, Vagrantfile, unit, kernel, end-to-end.
+test: lint check-generated vm-validate test-unit test-kernel e2e image system-test ## Every tier: lint, generated-code check, Vagrantfile, unit, kernel, end-to-end, the OCI image check, the .deb in a booted guest.
 
 .PHONY: bench
 # BENCH_FLAGS: e.g. -allow-dirty (the report then says so at its top), -quick.
@@ -154,6 +154,22 @@ deb: ## Debian package dist/xlimit_VERSION_amd64.deb (binary, unit, default rule
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKG_VERSION)' -o build/deb/xlimit ./cmd/xlimit
 	packaging/build-deb.sh build/deb/xlimit '$(PKG_VERSION)' $(DIST)
 	@if command -v lintian >/dev/null; then lintian --allow-root --fail-on error,warning --suppress-tags-from-file packaging/debian/lintian-suppress $(DEB) && echo "lintian: $(DEB) clean"; else echo "lintian not found: not checked (make deps installs it)"; fi
+
+.PHONY: system-test
+system-test: deb ## The .deb in a booted Debian 12 guest (systemd-nspawn, root): install, READY, flood, reload, watchdog, stop, journal, Prometheus, alert.
+	packaging/system-test/run.sh $(DEB)
+
+IMAGE_REF := ghcr.io/xlimit/xlimit:$(shell cat packaging/VERSION)
+IMAGE := $(DIST)/xlimit-$(PKG_VERSION).tar
+
+.PHONY: image
+image: ## OCI image archive dist/xlimit-VERSION.tar (no container daemon), checked against the DaemonSet (capabilities, read-only root).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PKG_VERSION)' -o build/image/xlimit ./cmd/xlimit
+	@mkdir -p $(DIST)
+	cd packaging/image && $(GO) run . -binary $(CURDIR)/build/image/xlimit -version '$(PKG_VERSION)' -ref $(IMAGE_REF) \
+		-revision "$$(git rev-parse HEAD 2>/dev/null)" -out $(CURDIR)/$(IMAGE)
+	cd packaging/image && XLIMIT_IMAGE=$(CURDIR)/$(IMAGE) $(GO) test $(GOFLAGS_TEST) -v -run TestImage . | grep -E '^(---|ok|FAIL|\s+image_test)'; test $${PIPESTATUS[0]} -eq 0
+	@echo "$(IMAGE): $(IMAGE_REF)"
 
 .PHONY: clean
 clean: ## Remove build output.
