@@ -179,8 +179,8 @@ func TestAdaptiveAcceptQueue(t *testing.T) {
 		svc := startSlowService(t, e.lab.Server, addr, backlog, workers, service)
 		extra := ""
 		if behavior == "adaptive" {
-			extra = fmt.Sprintf(`
-    adaptive: {target_latency: 25ms, min_rate: 100, max_rate: 2000, ka: 5, km: 0.3, cpu_high: 1, signal: accept_queue}`)
+			extra = `
+    adaptive: {target_latency: 25ms, min_rate: 100, max_rate: 2000, ka: 5, km: 0.3, cpu_high: 1, signal: accept_queue}`
 		}
 		e.startDaemon(e.writeRules("rules.yaml", fmt.Sprintf(`rules:
   - name: svc
