@@ -18,12 +18,9 @@ type TrackParams struct {
 	ErrorThreshold float64
 }
 
-// trackWindow is how many saturated ticks the service-rate estimate
-// averages. One tick of a 50 ms loop counts about 50 completions of a
-// 1000/s service, whose count varies by a few from tick to tick with the
-// workers' phase; the queue term corrects what the average lags
-// (docs/control.md, "Stability").
-const trackWindow = 1
+// trackWindow is how many saturated samples the service-rate estimate
+// takes the highest of (docs/control.md, "Stability").
+const trackWindow = 2
 
 // tauFactor is τ in sample intervals (docs/control.md, "Stability").
 const tauFactor = 1.5
@@ -92,14 +89,11 @@ func (t *Track) Rate() float64 { return t.rate }
 func (t *Track) ServiceRate() float64 { return t.mu() }
 
 func (t *Track) mu() float64 {
-	if t.nmu == 0 {
-		return 0
-	}
-	var s float64
+	var m float64
 	for i := range t.nmu {
-		s += t.mus[i]
+		m = max(m, t.mus[i])
 	}
-	return s / float64(t.nmu)
+	return m
 }
 
 // Step runs one control tick of length dt (the time since the previous
@@ -145,35 +139,36 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	default:
 		s = used
 	}
-	var q float64
-	switch {
-	case queueOK:
-		q = in.QueueDepth
-		if !latencyOK && s > 0 {
-			w = q / s
-		}
-	default:
-		q = w * s
-	}
-	t.prevDelay, t.havePrev, t.delay = w, true, w
-	step.Smoothed, step.Error = seconds(w), (t.target-w)/t.target
-
 	// A queue means the service was busy all along: what it took is its
 	// capacity. Without a queue it is only a lower bound, kept out of the
-	// estimate.
-	saturated := q > 0
+	// estimate. The estimate is the highest of the last saturated
+	// samples: a service that stalls for a tick (a pause of its process)
+	// and then catches up is not starved for it, and a real fall of its
+	// capacity shows in the queue before it shows in the estimate.
+	saturated := (queueOK && in.QueueDepth > 0) || (!queueOK && w > 0)
+	mu := s
 	if saturated {
 		t.last = s
 		t.mus[t.imu] = s
 		t.imu = (t.imu + 1) % trackWindow
 		t.nmu = min(t.nmu+1, trackWindow)
+		mu = t.mu()
 	} else {
 		t.nmu, t.imu = 0, 0
 	}
-	mu := s
-	if saturated {
-		mu = t.mu()
+	var q float64
+	switch {
+	case queueOK:
+		q = in.QueueDepth
+		if !latencyOK && mu > 0 {
+			w = q / mu
+		}
+	default:
+		q = w * mu
 	}
+	t.prevDelay, t.havePrev, t.delay = w, true, w
+	step.Smoothed, step.Error = seconds(w), (t.target-w)/t.target
+
 	tau := tauFactor * interval
 	next := mu + (t.target*mu-q)/tau
 
