@@ -45,11 +45,14 @@ type RuleSpec struct {
 	// CircuitBreaker, when not nil, gates the rule's new connections
 	// (docs/design.md §5.8) whatever its behavior.
 	CircuitBreaker *BreakerParams
+	// Capped rules are bounded by the loop's Cap (a fleet share,
+	// docs/fleet.md) whatever their behavior.
+	Capped bool
 }
 
 // Dynamic reports whether the rule needs the loop.
 func (r *RuleSpec) Dynamic() bool {
-	if r.CircuitBreaker != nil {
+	if r.CircuitBreaker != nil || r.Capped {
 		return true
 	}
 	switch r.Behavior {
@@ -75,6 +78,13 @@ type OutcomeSource interface {
 	Outcomes(rule *RuleSpec, admitted uint64, now time.Time) (o Outcomes, fresh bool)
 }
 
+// Cap bounds the rate of capped rules: rate and burst at most, in force
+// until until at the latest (zero: no bound beyond the loop's hold). It
+// must not block; ok is false when it has nothing for the rule.
+type Cap interface {
+	Cap(rule string, now time.Time) (rate, burst float64, until time.Time, ok bool)
+}
+
 // RuleReport is one rule's state after a tick.
 type RuleReport struct {
 	Name    string
@@ -88,6 +98,9 @@ type RuleReport struct {
 	Signal     string // what steers the rule: counters (warm-up) or the adaptive signal
 	Stale      bool
 	Err        error // a kernel read or write failed
+	// Demand is the rule's offered rate over the tick: packets/s seen by
+	// the kernel, passed or not.
+	Demand float64
 }
 
 // TickReport is the outcome of one tick.
@@ -108,6 +121,7 @@ type Loop struct {
 	hold    time.Duration
 	sampler Sampler
 	outcome OutcomeSource
+	cap     Cap
 	rules   []*ruleState
 
 	// System protection (docs/design.md §5.6): while the host's CPU usage is at
@@ -177,6 +191,10 @@ func (l *Loop) SetSampler(s Sampler) { l.sampler = s }
 // SetOutcomes sets what reads breaker rules' outcomes (nil: none; their
 // breakers then stay closed, or time out of OPEN into HALF_OPEN and wait).
 func (l *Loop) SetOutcomes(o OutcomeSource) { l.outcome = o }
+
+// SetCap sets what bounds capped rules (nil: nothing, they run at their
+// own rate).
+func (l *Loop) SetCap(c Cap) { l.cap = c }
 
 // Period is the tick period.
 func (l *Loop) Period() time.Duration { return l.period }
@@ -297,6 +315,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	}
 	admitted := pass - r.lastPass
 	r.lastTick, r.lastPass, r.lastSeen = now, pass, seen
+	rep.Demand = demand
 
 	// The signals, for an adaptive rule and for the service rate that
 	// system protection caps a rule at.
@@ -381,6 +400,21 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			r.state = rep.Breaker
 		}
 	}
+	deadline := l.monoNS() + uint64(l.hold)
+	if r.spec.Capped && l.cap != nil {
+		// min(the rule's own rate, the cap), in force no longer than the
+		// cap's lease.
+		if c, cb, until, ok := l.cap.Cap(r.spec.Name, now); ok {
+			if c < rate && rate > 0 {
+				burst *= c / rate
+				rate = c
+			}
+			burst = math.Min(burst, cb)
+			if d := until.Sub(now); !until.IsZero() && d < l.hold {
+				deadline = l.monoNS() + uint64(max(d, 0))
+			}
+		}
+	}
 	if !r.spec.Bytes {
 		burst = math.Max(burst, 1)
 	}
@@ -389,12 +423,12 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		// keeps its own rate whenever the host is not overloaded.
 		r.rate, r.burst = r.spec.Rate, r.spec.Burst
 		rep.Rate, rep.Burst, rep.State = rate, burst, r.state
-		rep.Err = r.write(rate, burst, gate, l.monoNS()+uint64(l.hold))
+		rep.Err = r.write(rate, burst, gate, deadline)
 		return rep
 	}
 	r.rate, r.burst = rate, burst
 	rep.Rate, rep.Burst, rep.State, rep.Latency = rate, burst, r.state, r.latency
-	rep.Err = r.write(rate, burst, gate, l.monoNS()+uint64(l.hold))
+	rep.Err = r.write(rate, burst, gate, deadline)
 	return rep
 }
 

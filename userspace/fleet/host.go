@@ -90,21 +90,21 @@ type Status struct {
 
 type ruleState struct {
 	Rule
-	demand  float64
-	primed  bool
-	leased  bool // share, held, windowEnd, until valid
-	epoch   int64
-	share   float64
-	held    float64 // the share until window: never above what was enforced before
+	demand float64
+	primed bool
+	leased bool // share, held, windowEnd, until valid
+	epoch  int64
+	share  float64
+	held   float64 // the share until window: never above what was enforced before
 	// heldSafe: what was enforced before was a safe share, so held is
 	// bounded by the safe share, not by the previous allocation.
 	heldSafe bool
-	granted time.Time
-	window  time.Time // the end of the window (start of the epoch + L)
-	until   time.Time // the end of the lease (end of the epoch + L)
-	hosts   int
-	inAlloc bool
-	seen    bool // the store answered for this rule
+	granted  time.Time
+	window   time.Time // the end of the window (start of the epoch + L)
+	until    time.Time // the end of the lease (end of the epoch + L)
+	hosts    int
+	inAlloc  bool
+	seen     bool // the store answered for this rule
 }
 
 // Host is one host's side of the fleet sharing. It is safe for concurrent
