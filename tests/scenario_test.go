@@ -3,11 +3,9 @@
 package tests
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,99 +71,28 @@ func offerPhases(ns *lab.NS, addr netip.AddrPort, phases []phase, timeout time.D
 	return reqs
 }
 
-type scenarioResult struct {
-	p99, p50          time.Duration
-	goodput           float64
-	failed, overflows int
-	recovery          time.Duration
-}
-
-// BenchmarkAdaptiveScenario is docs/design.md section 7's seed scenario scaled
-// by 1/10 to what this machine's namespaces carry: a service of 400
-// connections/s (4 workers, 10 ms each, backlog 64); steady 200/s, a
-// 1500/s spike for 20 s, then 300/s; a static bucket at 1200/s against an
-// adaptive one (target 25 ms, R_min 100, R_max 1200). It prints a table;
-// it asserts nothing. Run with `make bench` (root).
+// BenchmarkAdaptiveScenario is docs/design.md section 7's seed scenario
+// scaled by 1/10 to what this machine's namespaces carry: steady 200/s, a
+// 1500/s spike for 20 s, then 300/s; target 25 ms, R_min 100, R_max 1200,
+// in front of a service whose capacity is R_max (12 workers × 10 ms, backlog
+// 64), which the seed's published figures imply (81 % served). Every
+// variant in the same run: unprotected, static buckets at the capacity and
+// at 5× it, the adaptive law (track) and AIMD. It prints a table; it
+// asserts nothing. Run with `make bench` (root).
 func BenchmarkAdaptiveScenario(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: namespaces, XDP")
-	}
-	const (
-		workers, backlog = 4, 64
-		service          = 10 * time.Millisecond
-		target           = 25 * time.Millisecond
-	)
-	phases := []phase{{"steady", 200, 10 * time.Second}, {"spike", 1500, 20 * time.Second}, {"after", 300, 15 * time.Second}}
-	run := func(behavior, extra string) scenarioResult {
-		e := newEnv(b)
-		addr := netip.AddrPortFrom(e.lab.ServerIP4, tcpPort)
-		svc := startSlowService(e.t, e.lab.Server, addr, backlog, workers, service)
-		e.startDaemon(e.writeRules("rules.yaml", fmt.Sprintf(`rules:
-  - name: svc
-    protocol: tcp
-    ports: [%d]
-    syn_only: true
-    rate: 1200
-    burst: 60
-    behavior: %s%s
-`, tcpPort, behavior, extra)))
-		o0 := svc.overflow()
-		start := time.Now()
-		reqs := offerPhases(e.lab.Client, addr, phases, 500*time.Millisecond)
-		total := time.Since(start)
-		var lat []time.Duration
-		res := scenarioResult{overflows: int(svc.overflow() - o0)}
-		for _, r := range reqs {
-			if r.ok {
-				lat = append(lat, r.latency)
-			} else {
-				res.failed++
-			}
+	sc := capScenario{name: "Seed scenario (docs/design.md §7) scaled 1/10", workers: 12, backlog: 64, service: 10 * time.Millisecond,
+		phases:   []phase{{"steady", 200, 10 * time.Second}, {"spike", 1500, 20 * time.Second}, {"after", 300, 15 * time.Second}},
+		overload: 1, target: 25 * time.Millisecond, timeout: time.Second}
+	rs := runCapBench(b, sc, []capVariant{
+		{"unprotected", ""},
+		{"static 1200/s (capacity)", staticRule(1200)},
+		{"static 6000/s (5× capacity)", staticRule(6000)},
+		{"adaptive track", adaptiveRule(1200, 100, 1200, sc.target, "")},
+		{"adaptive aimd (design §5.4 gains)", adaptiveRule(1200, 100, 1200, sc.target, ", law: aimd")},
+	})
+	for _, r := range rs {
+		if strings.HasPrefix(r.variant, "adaptive track") {
+			b.ReportMetric(float64(r.p99.Microseconds())/1000, "track-p99-ms")
 		}
-		slices.Sort(lat)
-		if len(lat) > 0 {
-			res.p50, res.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
-		}
-		res.goodput = float64(len(lat)) / total.Seconds()
-		// Recovery: from the end of the spike until the first whole
-		// second whose P99 is back under target + service time.
-		spikeEnd := start.Add(phases[0].dur + phases[1].dur)
-		res.recovery = -1
-		for s := time.Duration(0); s < phases[2].dur; s += 250 * time.Millisecond {
-			var win []time.Duration
-			for _, r := range reqs {
-				if r.ok && !r.start.Before(spikeEnd.Add(s)) && r.start.Before(spikeEnd.Add(s+time.Second)) {
-					win = append(win, r.latency)
-				}
-			}
-			if len(win) == 0 {
-				continue
-			}
-			slices.Sort(win)
-			if win[len(win)*99/100] <= target+service+5*time.Millisecond {
-				res.recovery = s
-				break
-			}
-		}
-		return res
-	}
-	for range b.N {
-		static := run("reject", "")
-		adaptive := run("adaptive", `
-    adaptive: {target_latency: 25ms, min_rate: 100, max_rate: 1200, ka: 5, km: 0.3, signal: accept_queue}`)
-		row := func(name string, r scenarioResult) string {
-			rec := "never"
-			if r.recovery >= 0 {
-				rec = r.recovery.String()
-			}
-			return fmt.Sprintf("| %s | %v | %v | %.0f/s | %d | %d | %s |", name, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.goodput, r.failed, r.overflows, rec)
-		}
-		fmt.Printf("\ndocs/design.md §7 scenario, scaled 1/10 (service capacity 400/s; 200/s, 1500/s for 20 s, 300/s):\n\n")
-		fmt.Println("| bucket | P50 | P99 | goodput | failed | listen overflows | recovery after the spike |")
-		fmt.Println("|---|---|---|---|---|---|---|")
-		fmt.Println(row("static 1200/s", static))
-		fmt.Println(row("adaptive (target 25 ms)", adaptive))
-		b.ReportMetric(float64(static.p99.Microseconds())/1000, "static-p99-ms")
-		b.ReportMetric(float64(adaptive.p99.Microseconds())/1000, "adaptive-p99-ms")
 	}
 }

@@ -380,6 +380,13 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			capacity := float64(slices.Max(r.peaks[:]))
 			if r.haveServed {
 				capacity = math.Floor(slices.Max(r.servedPeaks[:]))
+				if sampled && sig.HasQueue && sig.QueueDepth > 0 && dt > 0 && capacity >= 1 {
+					// What is queued already is drained as Track drains
+					// (τ = 1.5 ticks, toward an empty queue): a cap at
+					// the completion rate alone would hold the queue
+					// where the flood left it.
+					capacity = max(capacity-sig.QueueDepth/(tauFactor*dt), 1)
+				}
 			}
 			if capacity >= 1 && capacity < rate {
 				burst *= capacity / rate

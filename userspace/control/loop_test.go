@@ -327,6 +327,13 @@ func TestLoopSystemProtectionOnCompletedWork(t *testing.T) {
 	if r.State != "system_capped" || math.Abs(r.Rate-400) > 1 {
 		t.Errorf("overloaded host: %+v, want capped at the 400/s completed", r)
 	}
+	// A queue of 30 left by the flood is drained: 400 − 30 / (1.5 × 50 ms).
+	s.sig.HasQueue, s.sig.QueueDepth = true, 30
+	k.admit(0, 50)
+	clock.Advance(50 * time.Millisecond)
+	if r := loop.Tick().Rules[0]; r.State != "system_capped" || math.Abs(r.Rate-(400-30/0.075)) > 1 {
+		t.Errorf("overloaded host with a queue: %+v, want %.0f", r, 400-30/0.075)
+	}
 	cpu = 0.3
 	if r := loop.Tick().Rules[0]; r.Rate != 1000 || r.State != "static" {
 		t.Errorf("host healthy again: %+v", r)
