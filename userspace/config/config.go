@@ -206,6 +206,7 @@ type Rule struct {
 	PerSource      *PerSource      // nil when absent
 	Concurrency    *Concurrency    // nil when absent
 	CircuitBreaker *CircuitBreaker // nil when absent
+	Fleet          *Fleet          // nil when absent (docs/fleet.md)
 	Shadow         bool
 	Fragments      FragmentPolicy
 	// Line is the line of the rule's mapping in the file.

@@ -187,6 +187,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		c.Rules = append(c.Rules, *r)
 	}
 	p.checkLimits(m, c)
+	p.checkFleet(c)
 	return c
 }
 

@@ -262,6 +262,7 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 	r.PerSource = p.perSource(m)
 	r.Concurrency = p.concurrency(m)
 	r.CircuitBreaker = p.circuitBreaker(m)
+	r.Fleet = p.fleet(m, ruleCtx{unit: r.Unit, unitOK: true}, r.Name)
 	return r, nameAt
 }
 
