@@ -63,7 +63,6 @@ func TestUnitSettings(t *testing.T) {
 		{"Service", "ExecStart", "/usr/local/bin/xlimit run --config /etc/xlimit/rules.yaml --state-dir /var/lib/xlimit --api-socket /run/xlimit/api.sock"},
 		{"Service", "WatchdogSec", "5s"},
 		{"Service", "Restart", "on-failure"},
-		{"Service", "RestartPreventExitStatus", "2"},
 		{"Service", "KillMode", "mixed"},
 		{"Service", "CapabilityBoundingSet", "CAP_BPF CAP_NET_ADMIN CAP_PERFMON CAP_SYS_RESOURCE"},
 		{"Service", "AmbientCapabilities", "CAP_BPF CAP_NET_ADMIN CAP_PERFMON CAP_SYS_RESOURCE"},
