@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/signal"
 )
 
 // cpuHog spins n busy loops at nice 19 (so that the host's CPU usage
@@ -266,3 +269,131 @@ func fmtRates(rs []float64) string {
 	}
 	return out
 }
+
+// slowUDP reads datagrams from a UDP socket at most one per period (a
+// service of limited capacity) and counts them.
+type slowUDP struct {
+	conn *net.UDPConn
+	read atomic.Int64
+}
+
+func startSlowUDP(t *testing.T, e *env, port uint16, period time.Duration) *slowUDP {
+	t.Helper()
+	s := &slowUDP{}
+	if err := e.lab.Server.Do(func() error {
+		var err error
+		s.conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IP(e.lab.ServerIP4.AsSlice()), Port: int(port)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			if _, err := s.conn.Read(buf); err != nil {
+				return
+			}
+			s.read.Add(1)
+			time.Sleep(period)
+		}
+	}()
+	t.Cleanup(func() { s.conn.Close(); <-done })
+	return s
+}
+
+// TestSocketQueueSignal: an adaptive rule on `signal: socket_queue` in front
+// of a UDP service that reads at most one datagram every 5 ms (≤ 200/s),
+// flooded at 2000 datagrams/s. The law follows what the service reads: the
+// rate in force settles near the service's read rate and the socket's
+// receive buffer stops overflowing, where a static rule at the flood's rate
+// overflows it all along.
+func TestSocketQueueSignal(t *testing.T) {
+	run := func(t *testing.T, rules string) (readRate float64, drops uint64, rate float64, sent float64) {
+		e := newEnv(t)
+		svc := startSlowUDP(t, e, udpPort, 5*time.Millisecond)
+		e.startDaemon(e.writeRules("rules.yaml", fmt.Sprintf(rules, udpPort)))
+		var sockDrops func() uint64
+		var diag interface{ Close() error }
+		if err := e.lab.Server.Do(func() error {
+			d, err := signalDiag()
+			if err != nil {
+				return err
+			}
+			diag = d
+			sockDrops = func() uint64 { return d.drops(udpPort) }
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer diag.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		wait := e.flood(ctx, false, 2000, 12*time.Second)
+		time.Sleep(6 * time.Second) // converge
+		d0, r0, t0 := sockDrops(), svc.read.Load(), time.Now()
+		time.Sleep(5 * time.Second)
+		d1, r1 := sockDrops(), svc.read.Load()
+		readRate = float64(r1-r0) / time.Since(t0).Seconds()
+		_, _, rate, _ = e.status().rule("udp")
+		return readRate, d1 - d0, rate, wait().PPS()
+	}
+	var sRead, aRead, sRate, aRate, sSent, aSent float64
+	var sDrops, aDrops uint64
+	t.Run("static", func(t *testing.T) {
+		sRead, sDrops, sRate, sSent = run(t, `rules:
+  - name: udp
+    protocol: udp
+    ports: [%d]
+    rate: 2000
+`)
+	})
+	t.Run("adaptive", func(t *testing.T) {
+		aRead, aDrops, aRate, aSent = run(t, `rules:
+  - name: udp
+    protocol: udp
+    ports: [%d]
+    rate: 2000
+    behavior: adaptive
+    adaptive: {target_latency: 25ms, min_rate: 10, max_rate: 5000, signal: socket_queue}
+`)
+	})
+	t.Logf("e2e socket_queue (UDP service reading ≤ 200/s, flood 2000/s): static 2000/s: offered %.0f/s, read %.0f/s, %d socket drops in 5 s; adaptive: offered %.0f/s, read %.0f/s, %d socket drops in 5 s, rate in force %.0f/s; load: %s",
+		sSent, sRead, sDrops, aSent, aRead, aDrops, aRate, loadAvg())
+	_ = sRate
+	if sDrops == 0 {
+		t.Errorf("the static rule did not overflow the socket: the test does not load it")
+	}
+	if aDrops > sDrops/20 {
+		t.Errorf("adaptive: %d socket drops, static %d", aDrops, sDrops)
+	}
+	if aRate > 2*aRead+20 || aRate < aRead/2 {
+		t.Errorf("adaptive: rate in force %.0f/s, the service read %.0f/s", aRate, aRead)
+	}
+	if aRead < sRead*0.8 {
+		t.Errorf("adaptive: the service read %.0f/s, %.0f/s behind a static rule: goodput lost", aRead, sRead)
+	}
+}
+
+// sockDiag reads the drops of the UDP sockets of a port (sock_diag, in the
+// namespace it was opened in).
+type sockDiag struct{ d *signal.Diag }
+
+func signalDiag() (*sockDiag, error) {
+	d, err := signal.NewDiag()
+	if err != nil {
+		return nil, err
+	}
+	return &sockDiag{d}, nil
+}
+
+func (s *sockDiag) drops(port uint16) uint64 {
+	q, err := s.d.ReceiveQueues(context.Background(), []dataplane.PortRange{{Lo: port, Hi: port}})
+	if err != nil || len(q) != 1 {
+		return 0
+	}
+	return q[0].Drops
+}
+
+func (s *sockDiag) Close() error { return s.d.Close() }
