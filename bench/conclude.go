@@ -199,8 +199,15 @@ func (r *results) conclusions(b *strings.Builder) {
 	if len(r.acc) > 0 {
 		var worst float64
 		var at string
+		var short []string
 		for k, ps := range r.acc {
 			if k.receiver != rcvXlimit {
+				continue
+			}
+			if off := over(ps, mpps).min * 1e6; off < 1.1*k.level {
+				// Offered at or under the limit in some repetition: the
+				// admitted rate measures the generator, not the limiter.
+				short = append(short, fmt.Sprintf("%.0f/s (offered as little as %.2f Mpps)", k.level, off/1e6))
 				continue
 			}
 			if d := math.Abs(over(ps, accRate).med/k.level - 1); d >= worst {
@@ -208,7 +215,12 @@ func (r *results) conclusions(b *strings.Builder) {
 			}
 		}
 		if at != "" {
-			w("- xlimit's live accuracy: the largest deviation from the configured rate is %.2f %% (at %s).\n", 100*worst, at)
+			w("- xlimit's live accuracy: the largest deviation from the configured rate is %.2f %% (at %s), over the rates "+
+				"offered at least 1.1 × their limit in every repetition.\n", 100*worst, at)
+		}
+		if len(short) > 0 {
+			slices.Sort(short)
+			w("- Not judged for accuracy (the generator did not offer 1.1 × the limit in every repetition): %s.\n", strings.Join(short, "; "))
 		}
 	}
 	w("- Load average %s at the start, %s at the end on %d CPUs", r.loadStart, r.loadEnd, len(r.cpus))
