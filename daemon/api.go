@@ -35,6 +35,7 @@ func (d *daemon) Status() (api.StatusReport, error) {
 		}
 		rep.Interfaces = append(rep.Interfaces, st)
 	}
+	rep.Fleet = d.fleetStatus()
 	return rep, nil
 }
 

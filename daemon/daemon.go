@@ -31,6 +31,8 @@ import (
 type Options struct {
 	Config          string        // rules file; with RulesSource, bootstrap rules only
 	RulesSource     string        // URL of the rules in Redis (docs/fleet.md); "" for none
+	Fleet           string        // URL of the fleet store (docs/fleet.md); "" for none
+	NodeName        string        // this host in the fleet store; "": the hostname
 	Interfaces      []string      // interfaces to protect; empty: the rules file's
 	Mode            loader.Mode   // XDP attach mode
 	MetricsAddr     string        // Prometheus listen address; "" for none
@@ -78,6 +80,7 @@ type daemon struct {
 	signals  loopSignals
 	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
 	src      *ruleSource            // nil without a rules source
+	fleet    *fleetShare            // nil without --fleet (fleet.go)
 	queues   kernelQueues           // paced rules with queue: kernel (queue.go)
 
 	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
@@ -181,6 +184,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	d.loop.SetSampler(&d.signals)
 	d.loop.SetOutcomes(&d.signals)
 
+	if err := d.openFleet(); err != nil {
+		return err
+	}
 	if err := d.attachAll(ifaces, start.cfg.SourceTableSize); err != nil {
 		return err
 	}
@@ -195,7 +201,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		}
 		d.metrics = m
 		m.collector.SetQueues(d.queueStats)
+		m.collector.SetFleet(d.fleetMetrics)
 	}
+	defer d.runFleet(ctx)()
 	defer d.startRulesSource(ctx)()
 	var changes <-chan watch.Change
 	if d.src != nil || d.opts.Config == "" {
@@ -295,6 +303,13 @@ func (d *daemon) attachAll(ifaces []string, fileSources int) error {
 // systemd the loop is alive.
 func (d *daemon) afterTick(rep control.TickReport) {
 	d.metrics.tick(rep, d.loop.Period())
+	if d.fleet != nil {
+		demands := make([]ruleDemand, 0, len(rep.Rules))
+		for _, r := range rep.Rules {
+			demands = append(demands, ruleDemand{r.Name, r.Demand})
+		}
+		d.fleetObserve(rep.Start, demands)
+	}
 	d.logBreakers(rep)
 	for _, r := range rep.Rules {
 		if r.Err != nil {

@@ -166,6 +166,7 @@ func (d *daemon) apply(pd *prepared) error {
 	}
 	d.applyQueues(s)
 	d.specs = s
+	d.fleetRules(s)
 	d.feedback.Configure(s.Feedback)
 	if err := d.probes.Configure(s.Probes); err != nil {
 		return err

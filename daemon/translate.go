@@ -6,6 +6,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/fleet"
 	"github.com/xlimit/xlimit/userspace/signal"
 	"github.com/xlimit/xlimit/userspace/tcqueue"
 )
@@ -29,6 +30,8 @@ type Specs struct {
 	Queues tcqueue.Spec
 	// Feedback lists the rules steered by `signal: feedback`.
 	Feedback []string
+	// Fleet are the rules sharing a fleet budget (docs/fleet.md).
+	Fleet []fleet.Rule
 	// Probes maps the rules steered by `signal: probe` to their probe.
 	Probes map[string]config.Probe
 	// NotEnforced lists what a valid file asks for that this version does
@@ -67,6 +70,9 @@ func Translate(cfg *config.Config) *Specs {
 				s.Probes[r.Name] = *a.Probe
 			}
 		}
+		if r.Fleet != nil {
+			s.Fleet = append(s.Fleet, fleetRule(r))
+		}
 		cr := controlRule(r)
 		if !cr.Dynamic() && !(s.System != nil && cr.SynOnly) {
 			continue
@@ -87,7 +93,7 @@ func dataplaneRule(r *config.Rule) dataplane.RuleSpec {
 		SynOnly:   r.SynOnly,
 		Sources:   r.Sources,
 		Bytes:     r.Unit == config.UnitBytes,
-		Rate:      r.Rate,
+		Rate:      r.StaticRate(), // a fleet rule's falls back to its safe_rate
 		Burst:     r.EffectiveBurst(),
 		Shadow:    r.Shadow,
 		Fragments: string(r.Fragments),
@@ -116,7 +122,7 @@ var behaviors = map[config.Behavior]control.Behavior{
 func controlRule(r *config.Rule) control.RuleSpec {
 	cr := control.RuleSpec{
 		Name: r.Name, Behavior: behaviors[r.Behavior], Rate: r.Rate, Burst: r.EffectiveBurst(),
-		Bytes: r.Unit == config.UnitBytes, SynOnly: r.SynOnly,
+		Bytes: r.Unit == config.UnitBytes, SynOnly: r.SynOnly, Capped: r.Fleet != nil,
 	}
 	if w := r.WarmUp; w != nil {
 		cr.WarmUp = &control.WarmUpParams{Period: w.Period, ColdFactor: w.ColdFactor}

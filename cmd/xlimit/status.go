@@ -59,6 +59,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	for _, st := range rep.Interfaces {
 		printStatus(e.stdout, &st)
 	}
+	printFleet(e.stdout, rep.Fleet)
 	return nil
 }
 
@@ -138,7 +139,7 @@ func fmtBytes(n uint64) string {
 func printStatus(w io.Writer, st *ifaceStatus) {
 	state := "attached"
 	if !st.Attached {
-		state = "NOT ATTACHED (pins only)"
+		state = "NOT ATTACHED: UNPROTECTED (pins only)"
 	}
 	fmt.Fprintf(w, "%s: %s, program %d, link %d, generation %d, pins %s\n", st.Iface, state, st.ProgramID, st.LinkID, st.Generation, st.PinDir)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -13,6 +13,7 @@ import (
 // protected interface.
 type StatusReport struct {
 	Interfaces []IfaceStatus `json:"interfaces"`
+	Fleet      *FleetStatus  `json:"fleet,omitempty"` // with --fleet
 }
 
 // IfaceStatus is one interface of a StatusReport.

@@ -381,3 +381,10 @@ func (r *ruleState) cap(now time.Time, guard time.Duration) (float64, time.Time,
 	}
 	return rate, r.until, StateLeased
 }
+
+// Up tells whether the last exchange was answered.
+func (h *Host) Up() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls > 0 && !h.failed
+}

@@ -48,6 +48,8 @@ type Collector struct {
 
 	queueBacklog, queueBytes, queueSent, queueDrops *prometheus.Desc
 	queues                                          func() ([]QueueStat, error) // nil: no kernel queues
+
+	fleet *fleetMetrics
 }
 
 // QueueStat is the state of a kernel queue (paced rules with queue: kernel).
@@ -86,6 +88,7 @@ type RuleControl struct {
 // deadlines use (CLOCK_MONOTONIC).
 func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 	c := &Collector{
+		fleet:   newFleetMetrics(),
 		targets: targets,
 		nowNS:   nowNS,
 		packets: prometheus.NewDesc("xlimit_packets_total",
@@ -200,6 +203,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sourceUp
 	ch <- c.sourceVersion
 	ch <- c.sourceErrors
+	c.fleet.describe(ch)
 	c.errors.Describe(ch)
 	c.reloads.Describe(ch)
 	c.tick.Describe(ch)
@@ -208,6 +212,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.fleet.collect(ch)
 	now := c.nowNS()
 	for _, t := range c.targets() {
 		counters, err := t.Table.AllCounters()

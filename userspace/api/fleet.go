@@ -1,0 +1,21 @@
+package api
+
+// FleetStatus is the state of a daemon's fleet sharing (--fleet,
+// docs/fleet.md).
+type FleetStatus struct {
+	Node  string            `json:"node"`
+	Store string            `json:"store"` // the redacted URL
+	Up    bool              `json:"up"`    // the last exchange was answered
+	Rules []FleetRuleStatus `json:"rules"`
+}
+
+// FleetRuleStatus is one fleet rule of a FleetStatus.
+type FleetRuleStatus struct {
+	Rule            string  `json:"rule"`
+	Key             string  `json:"key"`
+	Share           float64 `json:"share"`  // packets/s this host may use now
+	Demand          float64 `json:"demand"` // smoothed offered rate, packets/s
+	State           string  `json:"state"`  // leased, not_contacted, new, store_lost, lease_expired
+	LeaseAgeSeconds float64 `json:"lease_age_seconds"`
+	Hosts           int     `json:"hosts"`
+}
