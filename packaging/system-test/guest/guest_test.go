@@ -538,11 +538,11 @@ func stepPrometheus(t *testing.T) {
 	time.Sleep(5 * time.Second) // several scrapes with traffic
 
 	queries := dashboardQueries(t)
-	var empty []string
 	for _, q := range queries {
 		var v []promSample
 		var err error
-		waitFor(t, "query "+q.title, 20*time.Second, func() error {
+		// waitFor fails the step on a query that returns nothing.
+		waitFor(t, "query "+q.title+": "+q.expr, 20*time.Second, func() error {
 			v, err = promQuery(q.expr)
 			if err != nil {
 				return err
@@ -552,10 +552,6 @@ func stepPrometheus(t *testing.T) {
 			}
 			return nil
 		})
-		if len(v) == 0 {
-			empty = append(empty, q.title)
-			continue
-		}
 		t.Logf("panel %q: %d series, e.g. %v = %s", q.title, len(v), v[0].Metric, v[0].Value[1])
 	}
 	t.Logf("%d dashboard queries, all returned data", len(queries))
