@@ -4,7 +4,6 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -90,8 +89,9 @@ func runCapScenario(b *testing.B, sc capScenario, v capVariant) capResult {
 	addr := netip.AddrPortFrom(e.lab.ServerIP4, tcpPort)
 	svc := startSlowService(e.t, e.lab.Server, addr, sc.backlog, sc.workers, sc.service)
 	res := capResult{variant: v.name, recovery: -1}
+	var d *daemon
 	if v.rules != "" {
-		d := e.startDaemon(e.writeRules("rules.yaml", v.rules))
+		d = e.startDaemon(e.writeRules("rules.yaml", v.rules))
 		if dir := os.Getenv("XLIMIT_BENCH_LOGS"); dir != "" {
 			// The daemon's log (a line per rule and tick at debug level),
 			// for a look at what the law did.
@@ -108,7 +108,6 @@ func runCapScenario(b *testing.B, sc capScenario, v capVariant) capResult {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var mu sync.Mutex
 	res.start = time.Now()
 	// The service's own count at the edges of the overload phase.
 	ovStart, ovEnd := res.phaseStart[sc.overload], res.phaseStart[sc.overload]+sc.phases[sc.overload].dur
@@ -136,33 +135,17 @@ func runCapScenario(b *testing.B, sc capScenario, v capVariant) capResult {
 			}
 		}()
 	}
-	if v.rules != "" {
-		// The rate in force, every 250 ms (one `xlimit status`).
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(250 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				if r, ok := pollRuleRate(e, "svc"); ok {
-					mu.Lock()
-					res.rates = append(res.rates, ratePoint{time.Since(res.start), r})
-					mu.Unlock()
-				}
-			}
-		}()
-	}
 	o0 := svc.overflow()
 	s0 := svc.served.Load()
 	res.reqs = offerPhases(e.lab.Client, addr, sc.phases, sc.timeout)
 	cancel()
 	wg.Wait()
 	res.served = int(svc.served.Load() - s0)
+	if d != nil {
+		// The rate in force at every tick, from the daemon's debug log
+		// (polling `xlimit status` would load the host the service runs on).
+		res.rates = tickRates(d.Log(), "svc", res.start)
+	}
 	res.overflows = svc.overflow() - o0
 	res.servedOverload = float64(servedAt[1]-servedAt[0]) / sc.phases[sc.overload].dur.Seconds()
 
@@ -229,20 +212,29 @@ func runCapScenario(b *testing.B, sc capScenario, v capVariant) capResult {
 	return res
 }
 
-// pollRuleRate reads the rate in force of a rule without failing the test.
-func pollRuleRate(e *env, name string) (float64, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	out, err := e.lab.Server.Command(ctx, xlimitBin, "status", "--json", "--iface", e.lab.ServerIf, "--bpffs", e.bpffs).Output()
-	if err != nil {
-		return 0, false
+// tickRates parses the daemon's "control tick" debug lines of rule into the
+// rate in force per tick, timed from start.
+func tickRates(log, rule string, start time.Time) []ratePoint {
+	var out []ratePoint
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, "msg=\"control tick\"") || !strings.Contains(line, " rule="+rule+" ") {
+			continue
+		}
+		var at time.Time
+		rate := -1.0
+		for _, f := range strings.Fields(line) {
+			switch {
+			case strings.HasPrefix(f, "time="):
+				at, _ = time.Parse(time.RFC3339Nano, strings.TrimPrefix(f, "time="))
+			case strings.HasPrefix(f, "rate="):
+				fmt.Sscanf(strings.TrimPrefix(f, "rate="), "%g", &rate)
+			}
+		}
+		if rate >= 0 && !at.Before(start) {
+			out = append(out, ratePoint{at.Sub(start), rate})
+		}
 	}
-	var rep statusReport
-	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Interfaces) != 1 {
-		return 0, false
-	}
-	_, _, r, ok := rep.rule(name)
-	return r, ok
+	return out
 }
 
 // loadAvg is the host's load, printed next to every table (the machine
@@ -306,10 +298,12 @@ func printCapTable(sc capScenario, rs []capResult) {
 		fmt.Printf("- %s, per second served:P99 ms: %s\n", r.variant, strings.Join(ps, " "))
 		if len(r.rates) > 0 {
 			var rr []string
-			for _, p := range r.rates {
-				rr = append(rr, fmt.Sprintf("%.0f", p.rate))
+			for i, p := range r.rates {
+				if i%5 == 0 {
+					rr = append(rr, fmt.Sprintf("%.0f", p.rate))
+				}
 			}
-			fmt.Printf("  rate in force every 250 ms: %s\n", strings.Join(rr, " "))
+			fmt.Printf("  rate in force, every 5th tick: %s\n", strings.Join(rr, " "))
 		}
 	}
 	fmt.Println()
@@ -395,7 +389,7 @@ func BenchmarkAdaptiveScenarioCapacityStep(b *testing.B) {
 }
 
 // BenchmarkAdaptiveScenarioSteadyOverload: 3× the capacity for 20 s; the
-// rate in force, polled every 250 ms, from the 5th second on.
+// rate in force at every tick from the 5th second on.
 func BenchmarkAdaptiveScenarioSteadyOverload(b *testing.B) {
 	sc := capScenario{name: "Steady overload", workers: 10, backlog: 64, service: 10 * time.Millisecond,
 		phases:   []phase{{"overload", 3000, 20 * time.Second}},
