@@ -30,6 +30,12 @@ type request struct {
 // offerPhases opens connections from ns to addr at each phase's rate, one
 // request/response each, and returns every attempt.
 func offerPhases(ns *lab.NS, addr netip.AddrPort, phases []phase, timeout time.Duration) []request {
+	return offerPhasesWith(ns, addr, phases, timeout, nil)
+}
+
+// offerPhasesWith is offerPhases writing req on each connection before
+// reading the answer (nil: read only).
+func offerPhasesWith(ns *lab.NS, addr netip.AddrPort, phases []phase, timeout time.Duration, req []byte) []request {
 	var mu sync.Mutex
 	var reqs []request
 	var wg sync.WaitGroup
@@ -56,7 +62,12 @@ func offerPhases(ns *lab.NS, addr netip.AddrPort, phases []phase, timeout time.D
 				ok := false
 				if err == nil {
 					_ = c.SetDeadline(t0.Add(timeout))
-					_, err = c.Read(make([]byte, 3))
+					if req != nil {
+						_, err = c.Write(req)
+					}
+					if err == nil {
+						_, err = c.Read(make([]byte, 3))
+					}
 					ok = err == nil
 					c.Close()
 				}
