@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -31,6 +32,9 @@ import (
 type Options struct {
 	Config          string        // rules file; with RulesSource, bootstrap rules only
 	RulesSource     string        // URL of the rules in Redis (docs/fleet.md); "" for none
+	// RulesSourcePasswordFile holds the rules source's password; ""
+	// takes $XLIMIT_RULES_SOURCE_PASSWORD, if set.
+	RulesSourcePasswordFile string
 	Fleet           string        // URL of the fleet store (docs/fleet.md); "" for none
 	NodeName        string        // this host in the fleet store; "": the hostname
 	Interfaces      []string      // interfaces to protect; empty: the rules file's
@@ -43,6 +47,9 @@ type Options struct {
 	Period          time.Duration // control loop period
 	FailStatic      time.Duration // how long a steered rate stays in force without a refresh
 	DetachOnExit    bool          // detach when the daemon stops
+	// ProbeAllow are the prefixes that adaptive rules' probes may reach
+	// besides loopback and the host's own addresses (--probe-allow).
+	ProbeAllow []netip.Prefix
 	Logger          *slog.Logger  // nil: discard
 
 	// Dependencies; nil takes the real one.
@@ -67,6 +74,11 @@ type HostSignals interface {
 // ErrUsage marks errors in the options (the CLI's exit status 2).
 var ErrUsage = errors.New("usage")
 
+// MaxFailStatic bounds Options.FailStatic: a daemon that hangs leaves its
+// last steered rates (an adaptive rule's may be its minimum) in force
+// this long at most before the static rates take over again.
+const MaxFailStatic = time.Minute
+
 type daemon struct {
 	opts     Options
 	log      *slog.Logger
@@ -83,8 +95,13 @@ type daemon struct {
 	fleet    *fleetShare            // nil without --fleet (fleet.go)
 	queues   kernelQueues           // paced rules with queue: kernel (queue.go)
 
-	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
-	plans map[string]*dataplane.Plan
+	mu       sync.Mutex // guards plans, attach and attached against the metrics collector and the API
+	plans    map[string]*dataplane.Plan
+	attached map[string]bool // configured interface → the program is attached (links.go)
+
+	ifaces          []string          // the configured interfaces
+	sourceTableSize int               // of the attachments
+	reattachErr     map[string]string // the last error of attaching again, logged once
 
 	api      *api.Server
 	prep     *preparer // documents that arrive while running (prepare.go)
@@ -117,6 +134,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.HostSignals == nil {
 		o.HostSignals = func() (HostSignals, error) { return xsignal.NewSampler(250 * time.Millisecond) }
 	}
+	if o.FailStatic > MaxFailStatic {
+		return fmt.Errorf("%w: --fail-static-after %v: at most %v", ErrUsage, o.FailStatic, MaxFailStatic)
+	}
 	loop, err := control.NewLoop(o.Clock, o.Monotonic, o.Period, o.FailStatic, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
@@ -142,7 +162,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if len(ifaces) == 0 {
 		return fmt.Errorf("%w: no interfaces: give --iface or 'interfaces' in the rules file", ErrUsage)
 	}
-	d.plans = make(map[string]*dataplane.Plan)
+	d.plans, d.ifaces = make(map[string]*dataplane.Plan), ifaces
 	defer func() {
 		err = errors.Join(err, d.close())
 	}()
@@ -187,7 +207,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if err := d.openFleet(); err != nil {
 		return err
 	}
-	if err := d.attachAll(ifaces, start.cfg.SourceTableSize); err != nil {
+	if err := d.attachAll(ifaces, start); err != nil {
 		return err
 	}
 	if err := d.applyDocument(start.doc, start); err != nil {
@@ -221,6 +241,10 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	links, stopLinks := d.watchLinks(ifaces)
+	defer stopLinks()
+	recheck := time.NewTicker(linkRecheck)
+	defer recheck.Stop()
 	prepCtx, stopPrep := context.WithCancel(ctx)
 	defer stopPrep()
 	go d.prep.run(prepCtx, d.prepareDoc)
@@ -256,6 +280,10 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			d.applySource(doc)
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())
+		case ev := <-links:
+			d.onLink(ev)
+		case <-recheck.C:
+			d.checkLinks(ifaces)
 		case <-stall:
 			d.log.Warn("test fault injection: the control loop hangs now")
 			<-ctx.Done()
@@ -264,20 +292,23 @@ func (d *daemon) run(ctx context.Context) (err error) {
 }
 
 // attachAll attaches to every interface, adopting what an earlier daemon
-// left pinned.
-func (d *daemon) attachAll(ifaces []string, fileSources int) error {
-	sources := fileSources
+// left pinned, with the startup rules written before the program is
+// attached (no window with an empty program).
+func (d *daemon) attachAll(ifaces []string, start *prepared) error {
+	sources := start.cfg.SourceTableSize
 	if d.opts.SourceTableSize > 0 {
 		sources = d.opts.SourceTableSize
 	}
+	d.sourceTableSize, d.reattachErr = sources, map[string]string{}
 	for _, iface := range ifaces {
-		a, err := loader.Attach(iface, loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources})
+		a, err := loader.Attach(iface, loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources, Fill: d.fill(iface, start.specs)})
 		if err != nil {
 			return err
 		}
 		d.mu.Lock()
 		d.attach = append(d.attach, a)
 		d.mu.Unlock()
+		d.setAttached(iface, true)
 		id, _ := a.ProgramID()
 		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
 		if a.SourcesReset {
@@ -285,15 +316,6 @@ func (d *daemon) attachAll(ifaces []string, fileSources int) error {
 		}
 		if a.ConnCountErr != nil {
 			d.log.Warn("connections in flight are not counted: concurrency limits refuse nothing", "iface", iface, "err", a.ConnCountErr)
-		}
-		if a.Adopted {
-			// Compile against what the earlier daemon left so that every
-			// rule keeps its slot, bucket and counters.
-			if prev, err := a.Tables().ReadPlan(); err == nil {
-				d.plans[iface] = prev
-			} else {
-				d.log.Warn("cannot read the pinned rules; slots restart", "iface", iface, "err", err)
-			}
 		}
 	}
 	return nil

@@ -19,23 +19,38 @@ import (
 	"github.com/xlimit/xlimit/userspace/metrics"
 )
 
+// metricsTimeouts bound what a client of the metrics port can hold: a
+// request's headers and whole read, the answer's write (a scrape is well
+// under a second; a slow reader must not keep a goroutine and its
+// buffers), and an idle keep-alive connection (Prometheus scrapes every
+// 15 s or so; a connection left idle longer is closed).
+var metricsTimeouts = struct{ header, read, write, idle time.Duration }{
+	header: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute,
+}
+
 // metricsServer serves Prometheus metrics on its own registry.
 type metricsServer struct {
 	collector *metrics.Collector
+	safety    *metrics.Safety
 	srv       *http.Server
+	addr      string // where it listens
 }
 
 func startMetrics(addr string, d *daemon) (*metricsServer, error) {
 	c := metrics.NewCollector(d.metricTargets, d.opts.Monotonic)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	safety := metrics.NewSafety(d.interfacesAttached)
+	reg.MustRegister(c, safety, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	m := &metricsServer{collector: c, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	m := &metricsServer{collector: c, safety: safety, srv: &http.Server{Handler: mux,
+		ReadHeaderTimeout: metricsTimeouts.header, ReadTimeout: metricsTimeouts.read,
+		WriteTimeout: metricsTimeouts.write, IdleTimeout: metricsTimeouts.idle}}
+	m.addr = ln.Addr().String()
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("metrics server stopped", "err", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/durable"
 	"github.com/xlimit/xlimit/userspace/rulesource"
+	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
 // Origin is where a rules document came from. Every document, whatever its
@@ -140,6 +141,10 @@ func (d *daemon) commit(p *prepared) error {
 // compilation succeeded.
 func (d *daemon) apply(pd *prepared) error {
 	s := pd.specs
+	// Before anything is written: where the document's probes would go.
+	if err := (xsignal.ProbePolicy{Allow: d.opts.ProbeAllow}).Check(s.Probes); err != nil {
+		return err
+	}
 	if err := d.planQueues(s); err != nil {
 		return err
 	}

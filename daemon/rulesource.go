@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/durable"
 	"github.com/xlimit/xlimit/userspace/metrics"
 	"github.com/xlimit/xlimit/userspace/rulesource"
@@ -51,6 +52,9 @@ func (d *daemon) startupFromSource(ctx context.Context) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --rules-source: %v", ErrUsage, err)
 	}
+	if err := o.SetPassword(d.opts.RulesSourcePasswordFile); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
 	rulesource.SetClientLogger(d.log)
 	s := &ruleSource{opts: o, store: rulesource.Open(o)}
 	s.version.Store(-1)
@@ -77,7 +81,7 @@ func (d *daemon) startupFromSource(ctx context.Context) (*prepared, error) {
 		d.log.Error("the rules source's document is invalid; it is not applied", "source", o, "version", doc.Version, "err", err)
 	}
 
-	text, err := os.ReadFile(d.lastGoodPath())
+	text, err := config.ReadFile(d.lastGoodPath())
 	if err == nil {
 		p, perr := prepare(document{origin: FromSnapshot, name: d.lastGoodPath(), label: d.lastGoodPath(), text: text})
 		if perr == nil {
@@ -121,6 +125,8 @@ func (d *daemon) startRulesSource(ctx context.Context) (stop func()) {
 	}
 	s.src = rulesource.New(s.store, rulesource.Config{Resync: s.opts.Resync, Name: s.opts.String(), Logger: d.log})
 	s.src.Seed(s.seed)
+	// The versions only move forward, from the snapshot's on.
+	s.src.SeedVersion(max(s.seed.Version, s.version.Load()))
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

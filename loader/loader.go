@@ -62,6 +62,11 @@ type Options struct {
 	// Cgroup is the cgroup v2 directory whose sockets the connection
 	// counter sees (default: the root of the cgroup2 mount, CgroupRoot).
 	Cgroup string
+	// Fill, when not nil, runs once the maps are loaded (new or adopted)
+	// and before the program is attached to the interface or replaces
+	// the one attached: it writes the rules, so that a fresh attach
+	// enforces them from its first packet, never an empty program.
+	Fill func(t *maps.Tables) error
 }
 
 // Attachment is the program attached to one interface, with its pinned
@@ -129,6 +134,11 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	}
 	a.SourcesReset = a.objs.SourcesReset
 	prog := a.objs.Program()
+	if opts.Fill != nil {
+		if err := opts.Fill(a.objs.Tables()); err != nil {
+			return nil, fmt.Errorf("write the rules before attaching to %s: %w", iface, err)
+		}
+	}
 
 	pin := filepath.Join(a.Dir, linkPin)
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {

@@ -37,3 +37,14 @@ func TestCheckStopsOnSignal(t *testing.T) {
 	}
 	t.Logf("check of a %d-byte document, interrupted: returned after %v", doc.Len(), took)
 }
+
+// TestFailStaticBound: --fail-static-after has an upper bound, refused as
+// a usage error before anything is touched.
+func TestFailStaticBound(t *testing.T) {
+	file := writeFile(t, "r.yaml", "rules:\n  - name: dns\n    protocol: udp\n    ports: [53]\n    rate: 100\n")
+	code, _, errOut := runCLI(t, "run", "--config", file, "--iface", "xl-none0", "--metrics-addr", "", "--api-socket", "",
+		"--state-dir", t.TempDir(), "--fail-static-after", "8760h")
+	if code != 2 || !strings.Contains(errOut, "--fail-static-after 8760h0m0s: at most 1m0s") {
+		t.Errorf("run --fail-static-after 8760h: code %d, stderr %q", code, errOut)
+	}
+}

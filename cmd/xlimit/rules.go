@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
@@ -38,7 +39,7 @@ func cmdRules(ctx context.Context, e *env, args []string) error {
 }
 
 // rulesStore parses --redis and opens the store.
-func rulesStore(url string) (*rulesource.Redis, rulesource.Options, error) {
+func rulesStore(url, passwordFile string) (*rulesource.Redis, rulesource.Options, error) {
 	if url == "" {
 		return nil, rulesource.Options{}, fmt.Errorf("%w: --redis URL is required", errUsage)
 	}
@@ -46,12 +47,15 @@ func rulesStore(url string) (*rulesource.Redis, rulesource.Options, error) {
 	if err != nil {
 		return nil, o, fmt.Errorf("%w: --redis: %v", errUsage, err)
 	}
+	if err := o.SetPassword(passwordFile); err != nil {
+		return nil, o, fmt.Errorf("%w: %v", errUsage, err)
+	}
 	rulesource.SetClientLogger(slog.New(slog.DiscardHandler))
 	return rulesource.Open(o), o, nil
 }
 
 func cmdRulesPush(ctx context.Context, e *env, args []string) error {
-	var url string
+	var url, passwordFile string
 	var timeout time.Duration
 	fs := newFlags(e, "rules push", "--redis URL FILE",
 		"Validate FILE exactly like 'xlimit check' (exit 1 with FILE:LINE: field: problem) and, if it\n"+
@@ -59,6 +63,7 @@ func cmdRulesPush(ctx context.Context, e *env, args []string) error {
 			"channel, atomically. Daemons following the key apply it within moments; one that missed\n"+
 			"the message finds it at its next resync.")
 	fs.StringVar(&url, "redis", "", "rules source URL (as the daemons' --rules-source)")
+	fs.StringVar(&passwordFile, "password-file", "", "file holding Redis's password (default: $XLIMIT_RULES_SOURCE_PASSWORD; never in the URL)")
 	fs.DurationVar(&timeout, "timeout", 10*time.Second, "give up on Redis after this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -66,15 +71,15 @@ func cmdRulesPush(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: want exactly one FILE", errUsage)
 	}
-	store, o, err := rulesStore(url)
+	store, o, err := rulesStore(url, passwordFile)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	file := fs.Arg(0)
-	text, err := os.ReadFile(file)
+	text, err := config.ReadFile(file)
 	if err != nil {
-		return fmt.Errorf("read rules: %w", err)
+		return err
 	}
 	if err := cmdCheck(ctx, e, []string{file}); err != nil {
 		if errors.Is(err, errUsage) {
@@ -98,11 +103,12 @@ func cmdRulesPush(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdRulesShow(ctx context.Context, e *env, args []string) error {
-	var url string
+	var url, passwordFile string
 	var timeout time.Duration
 	fs := newFlags(e, "rules show", "--redis URL",
 		"Print the version (on stderr) and the rules document (on stdout) stored at the key.")
 	fs.StringVar(&url, "redis", "", "rules source URL (as the daemons' --rules-source)")
+	fs.StringVar(&passwordFile, "password-file", "", "file holding Redis's password (default: $XLIMIT_RULES_SOURCE_PASSWORD; never in the URL)")
 	fs.DurationVar(&timeout, "timeout", 10*time.Second, "give up on Redis after this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -110,7 +116,7 @@ func cmdRulesShow(ctx context.Context, e *env, args []string) error {
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	store, o, err := rulesStore(url)
+	store, o, err := rulesStore(url, passwordFile)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -21,6 +23,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var (
 		o                 daemon.Options
 		xdpMode, logLevel string
+		probeAllow        []net.IPNet
 	)
 	fs := newFlags(e, "run", "(--config FILE | --rules-source URL [--config FILE]) [flags]",
 		"Attach xlimit to the interfaces and enforce the rules file. SIGHUP reloads the file\n"+
@@ -35,9 +38,11 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/xlimit", "directory for the last good rules file")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.Period, "control-period", 50*time.Millisecond, "control loop period (10ms to 500ms)")
-	fs.DurationVar(&o.FailStatic, "fail-static-after", time.Second, "how long a rate from the control loop stays in force without a refresh; then the static rate applies")
+	fs.DurationVar(&o.FailStatic, "fail-static-after", time.Second, "how long a rate from the control loop stays in force without a refresh; then the static rate applies (at most 1m)")
 	fs.IntVar(&o.SourceTableSize, "source-table-size", 0, "per-source LRU table size (overrides source_table_size in the file)")
 	fs.StringVar(&o.RulesSource, "rules-source", "", "follow the rules in Redis: redis://HOST:PORT/DB or unix:///PATH?key=xlimit:rules&channel=xlimit:rules&resync=30s;\n--config is then optional bootstrap rules (see docs/fleet.md)")
+	fs.StringVar(&o.RulesSourcePasswordFile, "rules-source-password-file", "", "file holding the rules source's password (default: $XLIMIT_RULES_SOURCE_PASSWORD; never in the URL)")
+	fs.IPNetSliceVar(&probeAllow, "probe-allow", nil, "prefix that adaptive rules' probes may reach besides loopback and this host's addresses (repeatable)")
 	fs.BoolVar(&o.DetachOnExit, "detach-on-exit", false, "detach from the interfaces when the daemon stops (default: protection outlives the daemon)")
 	var hooks []func()
 	for _, h := range runFlagHooks {
@@ -57,6 +62,11 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	o.Mode = mode
+	for _, n := range probeAllow {
+		ip, _ := netip.AddrFromSlice(n.IP)
+		bits, _ := n.Mask.Size()
+		o.ProbeAllow = append(o.ProbeAllow, netip.PrefixFrom(ip.Unmap(), bits).Masked())
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level: %v", errUsage, err)

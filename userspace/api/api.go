@@ -61,7 +61,7 @@ var (
 
 // Body limits.
 const (
-	MaxRulesBytes    = 1 << 20
+	MaxRulesBytes    = config.MaxDocumentBytes
 	MaxFeedbackBytes = 64 << 10
 )
 

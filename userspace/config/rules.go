@@ -437,7 +437,7 @@ func (p *parser) probe(adaptive *mapping) *Probe {
 	}
 	intervalOK, timeoutOK := true, true
 	if s.has("interval") {
-		pr.Interval, _, intervalOK = p.duration(s, "interval", false)
+		pr.Interval, _, intervalOK = p.durationAtLeast(s, "interval", MinProbeInterval)
 	}
 	var timeoutAt loc
 	if s.has("timeout") {
@@ -494,8 +494,8 @@ func (p *parser) perSource(rule *mapping) *PerSource {
 	if b := p.section(s, "ban", banKeys); b != nil {
 		ps.Ban = &Ban{}
 		p.required(b, "duration")
-		ps.Ban.After, _, _ = p.duration(b, "after", true)
-		ps.Ban.Duration, _, _ = p.duration(b, "duration", false)
+		ps.Ban.After, _, _ = p.durationAtMost(b, "after", true, MaxBanAfter)
+		ps.Ban.Duration, _, _ = p.durationAtMost(b, "duration", false, MaxBanDuration)
 	}
 	return ps
 }

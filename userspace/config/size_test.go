@@ -42,3 +42,31 @@ func TestDocumentSizeLimit(t *testing.T) {
 		t.Errorf("Load of a small file: %v", err)
 	}
 }
+
+// TestBanBounds: a ban longer than MaxBanDuration, or after longer than
+// MaxBanAfter, is refused at its line.
+func TestBanBounds(t *testing.T) {
+	doc := func(after, duration string) []byte {
+		return []byte("rules:\n  - name: r\n    protocol: tcp\n    ports: [80]\n    rate: 100\n    per_source:\n      rate: 10\n      ban: {after: " + after + ", duration: " + duration + "}\n")
+	}
+	if _, err := Parse("f", doc("10s", "24h")); err != nil {
+		t.Errorf("ban of 24h after 10s: %v", err)
+	}
+	for _, c := range []struct{ after, duration, want string }{
+		{"10s", "8760h", "f:8: rules[0].per_source.ban.duration: 8760h0m0s is longer than the maximum of 24h0m0s"},
+		{"2h", "1h", "f:8: rules[0].per_source.ban.after: 2h0m0s is longer than the maximum of 1h0m0s"},
+	} {
+		if _, err := Parse("f", doc(c.after, c.duration)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ban after %s duration %s: %v, want %q", c.after, c.duration, err, c.want)
+		}
+	}
+}
+
+// TestProbeIntervalBound: a probe more often than MinProbeInterval is
+// refused at its line.
+func TestProbeIntervalBound(t *testing.T) {
+	doc := "rules:\n  - name: r\n    protocol: tcp\n    ports: [80]\n    rate: 100\n    adaptive:\n      min_rate: 10\n      max_rate: 100\n      signal: probe\n      probe: {kind: tcp, address: \"127.0.0.1:80\", interval: 10ms, timeout: 5ms}\n"
+	if _, err := Parse("f", []byte(doc)); err == nil || !strings.Contains(err.Error(), "f:10: rules[0].adaptive.probe.interval: 10ms is shorter than the minimum of 100ms") {
+		t.Errorf("a probe every 10ms: %v", err)
+	}
+}

@@ -29,23 +29,40 @@ func Open(o Options) *Redis {
 // Close closes the connections.
 func (r *Redis) Close() error { return r.client.Close() }
 
-// Read implements Store: one MGET of the key and its version.
+// MaxDocumentBytes is the largest document taken from the store (the
+// rules document's limit, config.MaxDocumentBytes): a larger key is read
+// no further than one byte past it, and the Source refuses it.
+const MaxDocumentBytes = 16 << 20
+
+// Read implements Store: in one transaction, the key's existence, its
+// first MaxDocumentBytes+1 bytes at most, and its version.
 func (r *Redis) Read(ctx context.Context) (Document, bool, error) {
-	vals, err := r.client.MGet(ctx, r.opts.Key, r.opts.VersionKey).Result()
-	if err != nil {
+	var (
+		exists  *redis.IntCmd
+		text    *redis.StringCmd
+		version *redis.StringCmd
+	)
+	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, r.opts.Key)
+		text = p.GetRange(ctx, r.opts.Key, 0, MaxDocumentBytes)
+		version = p.Get(ctx, r.opts.VersionKey)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return Document{}, false, fmt.Errorf("read %s: %w", r.opts.Key, err)
 	}
-	text, ok := vals[0].(string)
-	if !ok {
+	if exists.Val() == 0 {
 		return Document{}, false, nil
 	}
-	var version int64
-	if v, ok := vals[1].(string); ok {
-		if version, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return Document{}, false, fmt.Errorf("read %s: not an integer: %q", r.opts.VersionKey, v)
+	var v int64
+	if s, err := version.Result(); err == nil {
+		if v, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return Document{}, false, fmt.Errorf("read %s: not an integer: %q", r.opts.VersionKey, s)
 		}
+	} else if !errors.Is(err, redis.Nil) {
+		return Document{}, false, fmt.Errorf("read %s: %w", r.opts.VersionKey, err)
 	}
-	return NewDocument([]byte(text), version), true, nil
+	return NewDocument([]byte(text.Val()), v), true, nil
 }
 
 // Subscribe implements Store.

@@ -74,6 +74,9 @@ type Source struct {
 	last    Document
 	hasLast bool
 	missing bool // the key was missing at the last read (logged once)
+	refused string // SHA-256 of the last document refused (logged once)
+
+	floor int64 // no version below this one is taken (SeedVersion)
 }
 
 // New returns a Source over store.
@@ -103,6 +106,27 @@ func New(store Store, cfg Config) *Source {
 // nothing over. Call it before Run.
 func (s *Source) Seed(doc Document) {
 	s.last, s.hasLast = doc, true
+}
+
+// SeedVersion tells the Source the version in force when it is known but
+// its document may not be the store's (the local snapshot): a document of
+// a lower version is then refused like one older than the last taken.
+// Call it before Run.
+func (s *Source) SeedVersion(v int64) { s.floor = v }
+
+// backwards is why doc does not move the version forward, or "". The
+// versions only move forward: a lower version is a stale replica, a
+// restored backup or a replay, and is refused. The same version with
+// other text is a key set by hand (docs/fleet.md) and is taken.
+func (s *Source) backwards(doc Document) string {
+	floor := s.floor
+	if s.hasLast {
+		floor = max(floor, s.last.Version)
+	}
+	if doc.Version < floor {
+		return fmt.Sprintf("version %d is older than version %d, in force", doc.Version, floor)
+	}
+	return ""
 }
 
 // Updates delivers every new document. Run blocks until each is received.
@@ -240,6 +264,12 @@ func (s *Source) read(ctx context.Context, why string) error {
 		s.log.Debug("rules source read: unchanged", "why", why, "version", doc.Version)
 		return nil
 	}
+	if len(doc.Text) > MaxDocumentBytes {
+		return s.refuse(doc, fmt.Sprintf("document of more than %d bytes, the limit of a rules document", MaxDocumentBytes))
+	}
+	if why := s.backwards(doc); why != "" {
+		return s.refuse(doc, why)
+	}
 	s.log.Info("rules source: new document", "why", why, "version", doc.Version, "sha256", doc.SHA256[:12])
 	select {
 	case s.updates <- doc:
@@ -247,5 +277,16 @@ func (s *Source) read(ctx context.Context, why string) error {
 		return nil
 	}
 	s.last, s.hasLast = doc, true
+	return nil
+}
+
+// refuse counts a document not handed over (once per document) and
+// keeps the rules in force; the Source stays up.
+func (s *Source) refuse(doc Document, why string) error {
+	if s.refused != doc.SHA256 {
+		s.refused = doc.SHA256
+		s.errors.Add(1)
+		s.log.Error("rules source: document refused; the rules in force stay", "version", doc.Version, "why", why)
+	}
 	return nil
 }

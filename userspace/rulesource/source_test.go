@@ -317,3 +317,67 @@ func TestSourceMissingKey(t *testing.T) {
 		}
 	})
 }
+
+// TestSourceVersionsMoveForward: a document of a lower version than the
+// one in force (a stale replica, a restored backup) is refused, counted
+// and logged once, and the Source stays up; so is one below the version
+// of the snapshot in force at start (SeedVersion).
+func TestSourceVersionsMoveForward(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		f.Set("v5\n", 5)
+		src, c, stop := start(t, f, Config{Resync: 10 * time.Second}, nil)
+		defer stop()
+		synctest.Wait()
+		f.Publish("v3\n", 3)
+		synctest.Wait()
+		time.Sleep(25 * time.Second) // two resyncs read it again
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{5}) || src.Errors() != 1 || !src.Up() {
+			t.Fatalf("after an older version: delivered %v, errors %d, up %v; want [5], 1, up", c.versions(), src.Errors(), src.Up())
+		}
+		f.Publish("v6\n", 6)
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{5, 6}) {
+			t.Fatalf("after a newer version: delivered %v, want [5 6]", c.versions())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		f.Set("v2\n", 2)
+		seed := NewDocument([]byte("snapshot\n"), -1)
+		src := New(f, Config{Resync: 10 * time.Second})
+		src.Seed(seed)
+		src.SeedVersion(4)
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &collect{}
+		done := make(chan struct{})
+		go func() { src.Run(ctx); close(done) }()
+		go c.run(ctx, src)
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		if len(c.docs) != 0 || src.Errors() != 1 {
+			t.Fatalf("version 2 under a snapshot of version 4: delivered %v, errors %d", c.versions(), src.Errors())
+		}
+		f.Publish("v4\n", 4)
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{4}) {
+			t.Fatalf("the snapshot's version: delivered %v, want [4]", c.versions())
+		}
+	})
+}
+
+// TestSourceSizeCap: a document over MaxDocumentBytes is refused and the
+// Source stays up.
+func TestSourceSizeCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{}
+		f.Set(string(make([]byte, MaxDocumentBytes+1)), 1)
+		src, c, stop := start(t, f, Config{Resync: 10 * time.Second}, nil)
+		defer stop()
+		synctest.Wait()
+		if len(c.docs) != 0 || src.Errors() != 1 || !src.Up() {
+			t.Fatalf("a document of %d bytes: delivered %v, errors %d, up %v", MaxDocumentBytes+1, c.versions(), src.Errors(), src.Up())
+		}
+	})
+}

@@ -3,6 +3,7 @@ package rulesource
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -46,6 +47,9 @@ func ParseURL(raw string) (Options, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Options{}, fmt.Errorf("parse rules source URL: %w", err)
+	}
+	if _, has := u.User.Password(); has {
+		return Options{}, fmt.Errorf("parse rules source URL %s: a password in the URL is on the command line, which every user of the host can read: put it in a file (--rules-source-password-file, --password-file) or in $%s", u.Redacted(), PasswordEnv)
 	}
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
@@ -110,6 +114,29 @@ func ParseURL(raw string) (Options, error) {
 	shown, _ := url.Parse(raw)
 	o.URL = shown.Redacted()
 	return o, nil
+}
+
+// PasswordEnv is the environment variable that may hold the rules
+// source's password (in Kubernetes, from a Secret).
+const PasswordEnv = "XLIMIT_RULES_SOURCE_PASSWORD"
+
+// SetPassword gives o its password: the content of file, without its
+// final newline, when file is not "", else $XLIMIT_RULES_SOURCE_PASSWORD
+// when set; else o keeps no password. The password never comes from the
+// command line (ParseURL refuses one in the URL).
+func (o *Options) SetPassword(file string) error {
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("read the rules source's password: %w", err)
+		}
+		o.Redis.Password = strings.TrimRight(string(data), "\r\n")
+		return nil
+	}
+	if pw, ok := os.LookupEnv(PasswordEnv); ok {
+		o.Redis.Password = pw
+	}
+	return nil
 }
 
 // String describes where the rules come from, for logs and GET /v1/rules.

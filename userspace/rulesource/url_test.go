@@ -1,6 +1,8 @@
 package rulesource
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +19,7 @@ func TestParseURL(t *testing.T) {
 		{url: "redis://10.0.0.5:6380/2", network: "tcp", addr: "10.0.0.5:6380", db: 2, key: DefaultKey, ch: DefaultChannel, resync: DefaultResync},
 		{url: "redis://h?key=fleet:web&channel=fleet:web:changes&resync=5s", network: "tcp", addr: "h:6379", key: "fleet:web", ch: "fleet:web:changes", resync: 5 * time.Second},
 		{url: "unix:///run/redis/redis.sock?db=3&resync=1s", network: "unix", addr: "/run/redis/redis.sock", db: 3, key: DefaultKey, ch: DefaultChannel, resync: time.Second},
-		{url: "redis://:s3cret@h:1/0?dial_timeout=1s", network: "tcp", addr: "h:1", key: DefaultKey, ch: DefaultChannel, resync: DefaultResync, shown: "redis://:xxxxx@h:1/0?dial_timeout=1s"},
+		{url: "redis://h:1/0?dial_timeout=1s", network: "tcp", addr: "h:1", key: DefaultKey, ch: DefaultChannel, resync: DefaultResync, shown: "redis://h:1/0?dial_timeout=1s"},
 		{url: "rediss://[::1]:7000", network: "tcp", addr: "[::1]:7000", key: DefaultKey, ch: DefaultChannel, resync: DefaultResync},
 	} {
 		o, err := ParseURL(tc.url)
@@ -54,9 +56,34 @@ func TestParseURL(t *testing.T) {
 		"redis://h/x":              "database",
 		"unix://":                  "path",
 		"redis://h:6379/0?key=%zz": "invalid",
+		"redis://:s3cret@h:1/0":    "a password in the URL is on the command line",
+		"redis://u:s3cret@h:1/0":   "redis://u:xxxxx@h:1/0",
 	} {
 		if _, err := ParseURL(url); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want one about %s", url, err, want)
 		}
+	}
+}
+
+// TestSetPassword: the password comes from a file or the environment,
+// never from the URL (TestParseURL).
+func TestSetPassword(t *testing.T) {
+	o, err := ParseURL("redis://h:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(PasswordEnv, "from-env")
+	if err := o.SetPassword(""); err != nil || o.Redis.Password != "from-env" {
+		t.Errorf("from $%s: %q, %v", PasswordEnv, o.Redis.Password, err)
+	}
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SetPassword(file); err != nil || o.Redis.Password != "from-file" {
+		t.Errorf("from a file: %q, %v", o.Redis.Password, err)
+	}
+	if err := o.SetPassword(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("a missing password file is no error")
 	}
 }

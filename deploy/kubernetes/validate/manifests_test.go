@@ -201,6 +201,18 @@ func TestManifests(t *testing.T) {
 				t.Errorf("env %s: optional, so $(%s) could stay literal in the arguments", e.Name, e.Name)
 			}
 			env[e.Name] = v
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			// The rules source's password: the daemon reads it from its
+			// environment; it must never reach the arguments.
+			ref := e.ValueFrom.SecretKeyRef
+			if e.Name != rulesource.PasswordEnv || ref.Optional == nil || !*ref.Optional {
+				t.Errorf("env %s: from Secret %s: only an optional %s may come from a Secret", e.Name, ref.Name, rulesource.PasswordEnv)
+			}
+			for _, a := range c.Args {
+				if strings.Contains(a, "$("+e.Name+")") {
+					t.Errorf("argument %q holds the secret %s: the command line is readable by every user of the node", a, e.Name)
+				}
+			}
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
 			env[e.Name] = "192.0.2.10"
 		default:

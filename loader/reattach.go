@@ -1,0 +1,56 @@
+//go:build linux
+
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+)
+
+// Reattach attaches a's program, as it is loaded, to the interface now
+// named a.Iface: the one it was attached to was deleted and created again
+// under the same name, with a new index. The program, its maps and the
+// pins stay: nothing is loaded or verified again, and the rules the maps
+// hold are in force from the new interface's first packet. The stale
+// pinned link (its interface is gone) is replaced. Programs that this
+// package attaches to the interface besides XDP are not attached again.
+func (a *Attachment) Reattach(mode Mode) error {
+	if a.objs == nil {
+		return errors.New("reattach: the attachment is closed")
+	}
+	if mode == "" {
+		mode = ModeAuto
+	}
+	nl, err := netlink.LinkByName(a.Iface)
+	if err != nil {
+		return fmt.Errorf("reattach: find interface %s: %w", a.Iface, err)
+	}
+	index := nl.Attrs().Index
+	l, err := attach(a.objs.Program(), index, mode)
+	if err != nil {
+		return fmt.Errorf("reattach to %s: %w", a.Iface, err)
+	}
+	pin := filepath.Join(a.Dir, linkPin)
+	if old, err := link.LoadPinnedLink(pin, nil); err == nil {
+		_ = old.Unpin()
+		old.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		l.Close()
+		return fmt.Errorf("reattach: load pinned link %s: %w", pin, err)
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		return fmt.Errorf("reattach: pin link: %w", err)
+	}
+	if a.link != nil {
+		a.link.Close()
+	}
+	a.link, a.Ifindex, a.Adopted = l, index, false
+	a.Mode = currentMode(index)
+	return nil
+}

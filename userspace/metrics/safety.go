@@ -1,0 +1,57 @@
+package metrics
+
+import (
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Safety exports what says whether a host is protected and whether its
+// operator can still reach it (docs/operations.md): which configured
+// interfaces have the program attached, and how many rules applied with
+// a confirmation deadline were reverted for want of one.
+type Safety struct {
+	attached func() map[string]bool
+	desc     *prometheus.Desc
+	reverts  prometheus.Counter
+}
+
+// NewSafety returns the collector; attached lists the configured
+// interfaces and whether the program is attached to each.
+func NewSafety(attached func() map[string]bool) *Safety {
+	return &Safety{
+		attached: attached,
+		desc: prometheus.NewDesc("xlimit_interface_attached",
+			"1 when the XDP program is attached to this configured interface, 0 when it is not (the interface was deleted and is not back): its traffic is then unprotected.",
+			[]string{"iface"}, nil),
+		reverts: prometheus.NewCounter(prometheus.CounterOpts{Name: "xlimit_rules_reverts_total",
+			Help: "Rules applied with a confirmation deadline (xlimit apply --confirm) that were reverted to the previous rules because no confirmation came."}),
+	}
+}
+
+// Revert counts one revert.
+func (s *Safety) Revert() { s.reverts.Inc() }
+
+// Describe implements prometheus.Collector.
+func (s *Safety) Describe(ch chan<- *prometheus.Desc) {
+	ch <- s.desc
+	s.reverts.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (s *Safety) Collect(ch chan<- prometheus.Metric) {
+	m := s.attached()
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		v := 0.0
+		if m[n] {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, v, n)
+	}
+	s.reverts.Collect(ch)
+}
