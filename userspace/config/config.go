@@ -132,6 +132,23 @@ const (
 	// SignalSocketQueue: the receive queues and drops of a UDP service's
 	// sockets (sock_diag), for protocol udp.
 	SignalSocketQueue Signal = "socket_queue"
+	// SignalResponseTime: the service's response time measured on the
+	// wire (XDP stamps a request, TC egress times the response's first
+	// byte), for protocol tcp; needs TCX (Linux 6.6).
+	SignalResponseTime Signal = "response_time"
+)
+
+// Refuse is how a rule answers the new connections (TCP SYNs) it refuses
+// over its rate.
+type Refuse string
+
+const (
+	// RefuseDrop, the default (also ""): drop them unanswered, safe
+	// against spoofed sources.
+	RefuseDrop Refuse = "drop"
+	// RefuseReset: answer them with a TCP reset within the rule's and the
+	// host's reset budgets, so that clients fail at once.
+	RefuseReset Refuse = "reset"
 )
 
 // Law is the control law of an adaptive rule.
@@ -209,6 +226,8 @@ type Rule struct {
 	Fleet          *Fleet          // nil when absent (docs/fleet.md)
 	Shadow         bool
 	Fragments      FragmentPolicy
+	// Refuse is how refused SYNs are answered: "" (drop) or RefuseReset.
+	Refuse Refuse
 	// Line is the line of the rule's mapping in the file.
 	Line int
 }

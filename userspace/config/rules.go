@@ -9,7 +9,7 @@ import (
 var (
 	ruleKeys = []string{"name", "protocol", "ports", "syn_only", "sources", "unit", "rate", "burst",
 		"behavior", "warm_up", "paced", "adaptive", "per_source", "concurrency", "circuit_breaker",
-		"shadow", "fragments"}
+		"shadow", "fragments", "refuse"}
 	warmUpKeys   = []string{"period", "cold_factor"}
 	pacedKeys    = []string{"max_queueing_time", "queue"}
 	adaptiveKeys = []string{"target_latency", "min_rate", "max_rate", "ka", "km", "gamma", "alpha",
@@ -179,6 +179,17 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 		}
 	}
 
+	if m.has("refuse") {
+		if v, at, ok := enum(p, m, "refuse", RefuseDrop, RefuseReset); ok {
+			if v == RefuseReset && protoOK && proto != ProtoTCP && proto != ProtoAny {
+				p.errorf(at, "reset answers TCP SYNs: requires protocol tcp (protocol is %s)", proto)
+			}
+			if v == RefuseReset {
+				r.Refuse = v
+			}
+		}
+	}
+
 	// Options that need a particular protocol.
 	if protoOK && proto != ProtoTCP {
 		if synOnly {
@@ -240,6 +251,10 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 	ctx.active = sectionFor("adaptive", r.Behavior == BehaviorAdaptive, "adaptive applies only to behavior adaptive")
 	if a := p.adaptive(m, ctx); ctx.active {
 		r.Adaptive = a
+		if a != nil && a.Signal == SignalResponseTime && protoOK && proto != ProtoTCP && proto != ProtoAny {
+			// The wire's TCP requests and responses (resptime.h).
+			p.errorf(m.keyAt("adaptive"), "signal response_time times TCP requests and responses; the rule's protocol is %s", proto)
+		}
 		if a != nil && a.Signal == SignalSocketQueue {
 			// The receive queues of the rule's UDP sockets, found by port.
 			at := m.keyAt("adaptive")
@@ -381,7 +396,7 @@ func (p *parser) adaptive(rule *mapping, ctx ruleCtx) *Adaptive {
 	if v, _, ok := p.fraction(s, "error_threshold", true, true); ok {
 		a.ErrorThreshold = v
 	}
-	if v, _, ok := enum(p, s, "signal", SignalAcceptQueue, SignalProbe, SignalFeedback, SignalSocketQueue); ok {
+	if v, _, ok := enum(p, s, "signal", SignalAcceptQueue, SignalProbe, SignalFeedback, SignalSocketQueue, SignalResponseTime); ok {
 		a.Signal = v
 	}
 	if a.Law == LawTrack && ctx.active {
