@@ -20,7 +20,7 @@ const (
 	DefaultHeadroom = 1.1
 	// DefaultSmoothing is the time constant of the offered rate's
 	// exponential smoothing.
-	DefaultSmoothing = 100 * time.Millisecond
+	DefaultSmoothing = 50 * time.Millisecond
 )
 
 // ErrInvalid marks invalid parameters.
@@ -67,6 +67,9 @@ type RuleAnswer struct {
 	// in Alloc; Demand is what it reported then.
 	In     bool
 	Demand float64
+	// Reporting is, when Alloc has no hosts (a cold key), how many hosts
+	// reported in the current epoch so far, this one included.
+	Reporting int
 }
 
 // Answer is the store's answer to one exchange.
@@ -262,7 +265,7 @@ func (h *Host) Apply(sent time.Time, reps []Report, ans Answer) error {
 			// Not in this epoch's allocation: the safe share, knowing
 			// the hosts that are.
 			r.leased = false
-			r.hosts = ra.Alloc.Hosts + 1
+			r.hosts = max(ra.Alloc.Hosts+1, ra.Reporting)
 			continue
 		}
 		r.hosts = ra.Alloc.Hosts

@@ -90,7 +90,8 @@ func ParseURL(raw string) (Options, error) {
 // ARGV: prefix, node, T in ms, number of rules, then per rule: key,
 // budget, demand. It returns now (ms), the epoch, then per rule the
 // allocation ("budget level extra floor hosts") and the host's previous
-// demand ("" when it did not report). Keys are computed, not declared:
+// demand ("" when it did not report) and, for a key without hosts in the
+// allocation, how many hosts reported in the current epoch so far. Keys are computed, not declared:
 // no Redis Cluster (as for --rules-source).
 //
 // The allocation repeats Allocate's operations in the same order.
@@ -132,15 +133,20 @@ for i = 0, nrules - 1 do
   local base = prefix .. ':' .. key
   local dk = base .. ':d:' .. e
   redis.call('HSET', dk, node, demand)
-  redis.call('PEXPIRE', dk, ttl)
   local ak = base .. ':a:' .. e
   local a = redis.call('GET', ak)
   if not a then
+    -- The first exchange of the epoch for this key: it just created
+    -- the epoch's hash, which expires with the allocation.
+    redis.call('PEXPIRE', dk, ttl)
     a = allocate(base .. ':d:' .. (e - 1), budget)
     redis.call('SET', ak, a, 'PX', ttl)
   end
   out[#out + 1] = a
   out[#out + 1] = redis.call('HGET', base .. ':d:' .. (e - 1), node) or ''
+  -- A cold key (nobody reported in the previous epoch): how many have
+  -- reported in this one so far, for the new hosts' safe share.
+  if string.sub(a, -2) == ' 0' then out[#out + 1] = tostring(redis.call('HLEN', dk)) else out[#out + 1] = '' end
 end
 return out
 `)
@@ -174,7 +180,7 @@ func (s *RedisStore) Exchange(ctx context.Context, node string, reports []Report
 }
 
 func parseAnswer(vals []string, n int) (Answer, error) {
-	if len(vals) != 2+2*n {
+	if len(vals) != 2+3*n {
 		return Answer{}, fmt.Errorf("exchange with the fleet store: %d values for %d rules", len(vals), n)
 	}
 	var ans Answer
@@ -186,12 +192,17 @@ func parseAnswer(vals []string, n int) (Answer, error) {
 		return Answer{}, fmt.Errorf("exchange with the fleet store: epoch %q", vals[1])
 	}
 	for i := range n {
-		a, err := parseAlloc(vals[2+2*i])
+		a, err := parseAlloc(vals[2+3*i])
 		if err != nil {
 			return Answer{}, err
 		}
 		ra := RuleAnswer{Alloc: a}
-		if d := vals[3+2*i]; d != "" {
+		if c := vals[4+3*i]; c != "" {
+			if ra.Reporting, err = strconv.Atoi(c); err != nil {
+				return Answer{}, fmt.Errorf("exchange with the fleet store: count %q", c)
+			}
+		}
+		if d := vals[3+3*i]; d != "" {
 			if ra.Demand, err = strconv.ParseFloat(d, 64); err != nil {
 				return Answer{}, fmt.Errorf("exchange with the fleet store: demand %q", d)
 			}

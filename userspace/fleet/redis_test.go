@@ -92,7 +92,7 @@ func TestRedisStoreMatchesAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ans.Rules[0].In || (i > 0 && ans.Epoch != e) {
+			if ans.Rules[0].In || (i > 0 && ans.Epoch != e) || ans.Rules[0].Reporting != i+1 {
 				t.Fatalf("round %d host %d: %+v (epoch %d before)", round, i, ans, e)
 			}
 			e = ans.Epoch

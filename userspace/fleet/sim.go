@@ -35,10 +35,10 @@ type SimResult struct {
 	Params SimParams
 	// MaxOver is the largest excess of the sum of the rates in force over
 	// the budget, over all rules and the steps after the first second, as
-	// a fraction of the budget; MaxOverLeased the same over the hosts
-	// whose rate an allocation covers (the bound says ≤ 0); ColdOver is
-	// MaxOver during the first second (a cold start: every host at a
-	// safe share).
+	// a fraction of the budget, after the cold start (2T + L + one tick:
+	// every host new, at a safe share); MaxOverLeased the same over the
+	// hosts whose rate an allocation covers (the bound says ≤ 0);
+	// ColdOver is MaxOver during the cold start.
 	MaxOver, MaxOverLeased, ColdOver float64
 	// AdmitErr is the mean, over the steady-state checks before the shift
 	// and over rules, of |admitted − min(budget, offered)| ÷ budget: the
@@ -57,7 +57,7 @@ type SimResult struct {
 	// (the kernel would have fallen back to the static rate meanwhile).
 	Gaps int
 	// Fallback is the fraction of (host, rule, tick) writes at a safe
-	// share after the first second.
+	// share after the cold start.
 	Fallback float64
 }
 
@@ -131,6 +131,10 @@ func Simulate(p SimParams) (SimResult, error) {
 		}
 	}
 	res := SimResult{Params: p, Converge: -1}
+	// A cold fleet has no allocation until every host has reported once
+	// and the next epoch's window has passed.
+	coldEnd := 2*p.Interval + p.Interval*3/4 + p.Tick
+	checkFrom := coldEnd + time.Second
 	sumRate := make([]float64, p.Rules)
 	leasedSum := make([]float64, p.Rules)
 	leased := make([][]bool, p.Rules)
@@ -185,7 +189,7 @@ func Simulate(p SimParams) (SimResult, error) {
 				if leased[r][i] {
 					leasedSum[r] += c
 				}
-				if t >= time.Second {
+				if t >= coldEnd {
 					writes++
 					if until.IsZero() {
 						fallbacks++
@@ -194,7 +198,7 @@ func Simulate(p SimParams) (SimResult, error) {
 			}
 		}
 		for r := range p.Rules {
-			if t < time.Second {
+			if t < coldEnd {
 				// A cold fleet: every host starts at a safe share
 				// before any allocation exists.
 				res.ColdOver = math.Max(res.ColdOver, sumRate[r]/p.Budget-1)
@@ -216,7 +220,7 @@ func Simulate(p SimParams) (SimResult, error) {
 				debugOver(now, r, hs, rates)
 			}
 		}
-		if t%p.Tick != 0 || t < 2*time.Second {
+		if t%p.Tick != 0 || t < checkFrom {
 			continue
 		}
 		// The checks, once per tick: the admitted rate and the shares.

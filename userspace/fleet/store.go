@@ -60,9 +60,10 @@ func (m *MemStore) Exchange(_ context.Context, node string, reports []Report) (A
 			byEpoch[e] = map[string]float64{}
 		}
 		byEpoch[e][node] = rep.Demand
-		m.Commands += 3 // HSET, PEXPIRE, GET alloc
+		m.Commands += 2 // HSET, GET alloc
 		a, ok := m.allocs[rep.Key][e]
 		if !ok {
+			m.Commands++ // PEXPIRE
 			prev := byEpoch[e-1]
 			ds := make([]float64, 0, len(prev))
 			for _, d := range prev {
@@ -78,6 +79,10 @@ func (m *MemStore) Exchange(_ context.Context, node string, reports []Report) (A
 		d, in := byEpoch[e-1][node]
 		m.Commands++ // HGET
 		ans.Rules[i] = RuleAnswer{Alloc: a, In: in, Demand: d}
+		if a.Hosts == 0 {
+			ans.Rules[i].Reporting = len(byEpoch[e])
+			m.Commands++ // HLEN
+		}
 	}
 	return ans, nil
 }
