@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,27 +31,27 @@ import (
 
 // Options configure a daemon. Config or RulesSource is required.
 type Options struct {
-	Config          string        // rules file; with RulesSource, bootstrap rules only
-	RulesSource     string        // URL of the rules in Redis (docs/fleet.md); "" for none
+	Config      string // rules file; with RulesSource, bootstrap rules only
+	RulesSource string // URL of the rules in Redis (docs/fleet.md); "" for none
 	// RulesSourcePasswordFile holds the rules source's password; ""
 	// takes $XLIMIT_RULES_SOURCE_PASSWORD, if set.
 	RulesSourcePasswordFile string
-	Fleet           string        // URL of the fleet store (docs/fleet.md); "" for none
-	NodeName        string        // this host in the fleet store; "": the hostname
-	Interfaces      []string      // interfaces to protect; empty: the rules file's
-	Mode            loader.Mode   // XDP attach mode
-	MetricsAddr     string        // Prometheus listen address; "" for none
-	APISocket       string        // local API unix socket; "" for none
-	BPFFS           string        // bpffs mount point
-	StateDir        string        // the last good rules and the API's rules
-	SourceTableSize int           // per-source LRU size; 0: the rules file's
-	Period          time.Duration // control loop period
-	FailStatic      time.Duration // how long a steered rate stays in force without a refresh
-	DetachOnExit    bool          // detach when the daemon stops
+	Fleet                   string        // URL of the fleet store (docs/fleet.md); "" for none
+	NodeName                string        // this host in the fleet store; "": the hostname
+	Interfaces              []string      // interfaces to protect; empty: the rules file's
+	Mode                    loader.Mode   // XDP attach mode
+	MetricsAddr             string        // Prometheus listen address; "" for none
+	APISocket               string        // local API unix socket; "" for none
+	BPFFS                   string        // bpffs mount point
+	StateDir                string        // the last good rules and the API's rules
+	SourceTableSize         int           // per-source LRU size; 0: the rules file's
+	Period                  time.Duration // control loop period
+	FailStatic              time.Duration // how long a steered rate stays in force without a refresh
+	DetachOnExit            bool          // detach when the daemon stops
 	// ProbeAllow are the prefixes that adaptive rules' probes may reach
 	// besides loopback and the host's own addresses (--probe-allow).
 	ProbeAllow []netip.Prefix
-	Logger          *slog.Logger  // nil: discard
+	Logger     *slog.Logger // nil: discard
 
 	// Dependencies; nil takes the real one.
 	Clock       control.Clock      // the loop's clock
@@ -99,9 +100,10 @@ type daemon struct {
 	plans    map[string]*dataplane.Plan
 	attached map[string]bool // configured interface → the program is attached (links.go)
 
-	ifaces          []string          // the configured interfaces
-	sourceTableSize int               // of the attachments
-	reattachErr     map[string]string // the last error of attaching again, logged once
+	ifaces          []string              // the configured interfaces
+	guard           atomic.Pointer[guard] // the rules file's allow and management (guard.go)
+	sourceTableSize int                   // of the attachments
+	reattachErr     map[string]string     // the last error of attaching again, logged once
 
 	api      *api.Server
 	prep     *preparer // documents that arrive while running (prepare.go)
@@ -146,6 +148,7 @@ func Run(ctx context.Context, o Options) error {
 }
 
 func (d *daemon) run(ctx context.Context) (err error) {
+	d.loadGuard()
 	// The startup document may be large: SIGTERM must not wait for it.
 	start, err := untilDone(ctx, func() (*prepared, error) { return d.startupRules(ctx) })
 	if err != nil {

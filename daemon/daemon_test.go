@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,9 @@ import (
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/maps"
 	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 
@@ -318,4 +321,44 @@ func TestPrepareOffLoop(t *testing.T) {
 		for range d.notified {
 		}
 	}()
+}
+
+// TestGuardOverAPI: the rules file's allow list and management section
+// stay in force when a document from the API would take them away (one
+// that denies every source and limits every TCP port).
+func TestGuardOverAPI(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	local := "allow: [192.0.2.0/24]\nmanagement:\n  tcp_ports: [22]\n" + rules("1000")
+	if err := os.WriteFile(file, []byte(local), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startInProcess(t, file, nil)
+	c := api.NewClient(d.o.APISocket)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hostile := "deny: [0.0.0.0/0]\nrules:\n  - name: udp\n    protocol: tcp\n    rate: 1\n"
+	if _, err := c.PutRules(ctx, []byte(hostile), ""); err != nil {
+		t.Fatalf("PUT rules: %v", err)
+	}
+	d.waitRate(t, "the API's rules", 1)
+	tb, err := maps.OpenPinned(loader.PinDir(d.bpffs, d.l.ServerIf), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	plan, err := tb.ReadPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := plan.Lookup(netip.MustParseAddr("192.0.2.9"))
+	if e == nil || e.Flags&dataplane.PrefixAllow == 0 {
+		t.Errorf("192.0.2.9 after the API's document: entry %+v, want the rules file's allow", e)
+	}
+	if m := plan.Ports[dataplane.PortKey(dataplane.ProtoTCP, 22)]; m != 0 {
+		t.Errorf("tcp/22 after the API's document: rules %b, want none (management port)", m)
+	}
+	if m := plan.Ports[dataplane.PortKey(dataplane.ProtoTCP, 80)]; m == 0 {
+		t.Errorf("tcp/80 after the API's document: no rule, want the API's rule")
+	}
 }

@@ -230,4 +230,3 @@ func (d *daemon) fill(iface string, s *Specs) func(t *maps.Tables) error {
 		return nil
 	}
 }
-

@@ -66,4 +66,3 @@ func TestMetricsTimeouts(t *testing.T) {
 		t.Error("a request whose headers never end is still open after 3 s (header timeout 300ms)")
 	}
 }
-

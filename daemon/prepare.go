@@ -97,7 +97,7 @@ func (d *daemon) prepareDoc(doc document) (*prepared, error) {
 	if d.opts.beforePrepare != nil {
 		d.opts.beforePrepare()
 	}
-	p, err := prepare(doc)
+	p, err := d.prepare(doc)
 	if err != nil {
 		return nil, err
 	}

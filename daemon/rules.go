@@ -73,13 +73,19 @@ type prepared struct {
 	plans, against map[string]*dataplane.Plan
 }
 
-// prepare parses, validates and translates a document; it touches nothing.
-func prepare(doc document) (*prepared, error) {
+// prepare parses, validates and translates a document, and adds the
+// local rules file's guard (guard.go); it touches nothing and runs on any
+// goroutine.
+func (d *daemon) prepare(doc document) (*prepared, error) {
 	cfg, err := config.Parse(doc.name, doc.text)
 	if err != nil {
 		return nil, err
 	}
-	return &prepared{doc: doc, cfg: cfg, specs: Translate(cfg)}, nil
+	specs := Translate(cfg)
+	if g := d.guard.Load(); g != nil {
+		guardSpec(specs.Dataplane, g.allow, g.mgmt)
+	}
+	return &prepared{doc: doc, cfg: cfg, specs: specs}, nil
 }
 
 // applyDocument is the one path of a rules document, at start and while the
@@ -98,7 +104,7 @@ func (d *daemon) applyDocument(doc document, p *prepared) error {
 	}
 	var err error
 	if p == nil {
-		p, err = prepare(doc)
+		p, err = d.prepare(doc)
 	}
 	if err == nil {
 		err = d.commit(p)
@@ -126,6 +132,7 @@ func (d *daemon) commit(p *prepared) error {
 		return err
 	}
 	d.persist(p.doc)
+	d.keepGuard(p)
 	d.setRules(p.doc.text, p.doc.label, p.specs)
 	for _, w := range p.cfg.Warnings {
 		d.log.Warn("rules file", "warning", w.Error())
@@ -279,7 +286,7 @@ func (d *daemon) startupRules(ctx context.Context) (*prepared, error) {
 	if text, saved, err := api.SavedRules(d.opts.StateDir, d.opts.Config); err != nil {
 		d.log.Warn("cannot read the rules put through the API", "err", err)
 	} else if text != nil {
-		if p, err := prepare(document{origin: FromAPIState, name: "api", label: "api", text: text}); err == nil {
+		if p, err := d.prepare(document{origin: FromAPIState, name: "api", label: "api", text: text}); err == nil {
 			d.log.Warn("RUNNING THE RULES PUT THROUGH THE API, newer than the rules file", "saved", saved, "file", d.opts.Config)
 			return p, nil
 		}
@@ -293,7 +300,7 @@ func (d *daemon) startupRules(ctx context.Context) (*prepared, error) {
 	if lerr != nil {
 		return nil, fmt.Errorf("load rules: %w (and no last good rules: %v)", err, lerr)
 	}
-	p, lerr = prepare(document{origin: FromLastGood, name: d.lastGoodPath(), label: d.lastGoodPath(), text: last})
+	p, lerr = d.prepare(document{origin: FromLastGood, name: d.lastGoodPath(), label: d.lastGoodPath(), text: last})
 	if lerr != nil {
 		return nil, fmt.Errorf("load rules: %w (and the last good rules are invalid: %v)", err, lerr)
 	}
@@ -307,7 +314,7 @@ func (d *daemon) prepareFile(origin Origin) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	return prepare(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data})
+	return d.prepare(document{origin: origin, name: d.opts.Config, label: d.opts.Config, text: data})
 }
 
 // targets tells the loop where each steered rule lives: its slot and epoch

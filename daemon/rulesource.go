@@ -69,7 +69,7 @@ func (d *daemon) startupFromSource(ctx context.Context) (*prepared, error) {
 	case !ok:
 		d.log.Warn("the rules source holds no rules yet; push them with 'xlimit rules push'", "source", o, "key", o.Key)
 	default:
-		p, err := prepare(document{origin: FromSource, name: s.docName(doc), label: s.describe(doc), text: doc.Text, src: doc})
+		p, err := d.prepare(document{origin: FromSource, name: s.docName(doc), label: s.describe(doc), text: doc.Text, src: doc})
 		if err == nil {
 			d.log.Info("rules from the rules source", "source", o, "version", doc.Version)
 			// Seeded with its version: the store's first answer is this
@@ -83,7 +83,7 @@ func (d *daemon) startupFromSource(ctx context.Context) (*prepared, error) {
 
 	text, err := config.ReadFile(d.lastGoodPath())
 	if err == nil {
-		p, perr := prepare(document{origin: FromSnapshot, name: d.lastGoodPath(), label: d.lastGoodPath(), text: text})
+		p, perr := d.prepare(document{origin: FromSnapshot, name: d.lastGoodPath(), label: d.lastGoodPath(), text: text})
 		if perr == nil {
 			// Seeded without a version: the store's first answer is handed
 			// over even when it is this very document, so that the rules

@@ -52,6 +52,7 @@ func Translate(cfg *config.Config) *Specs {
 		Probes:      map[string]config.Probe{},
 		NotEnforced: notEnforced(cfg),
 	}
+	guardSpec(s.Dataplane, nil, cfg.Management) // guard.go
 	if sys := cfg.System; sys != nil {
 		s.System = &control.SystemParams{CPUHigh: sys.CPUHigh}
 		s.PressureHigh = sys.PressureHigh

@@ -194,6 +194,9 @@ type Config struct {
 	Rules           []Rule
 	// System is the host-wide protection, nil when absent.
 	System *System
+	// Management is what no rule may throttle (management.go); nil when
+	// absent.
+	Management *Management
 	// Warnings are problems that do not make the file invalid, such as a
 	// section that the rule's behavior does not use. They have the same
 	// form as errors; `xlimit check` prints them.
@@ -375,4 +378,3 @@ func MergePorts(ports []dataplane.PortRange) []dataplane.PortRange {
 	}
 	return out
 }
-

@@ -60,6 +60,11 @@ func (p *parser) checkLimits(m *mapping, c *Config) {
 			count(it.pfx, it.at)
 		}
 	}
+	if g := c.Management; g != nil {
+		for _, pfx := range g.Sources {
+			count(pfx, m.at("management"))
+		}
+	}
 	// Rules' sources as decoded (merge keys included), located at their
 	// list items when the rule's own mapping holds them.
 	var ruleNodes []*yaml.Node

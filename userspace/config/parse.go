@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table_size", "rules", "system"}
+var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table_size", "rules", "system", "management"}
 
 // Parse decodes and validates a rules file. file names the file in error
 // messages. On failure it returns a nil *Config and the errors.Join of
@@ -163,6 +163,8 @@ func (p *parser) config(root *yaml.Node) *Config {
 		}
 	}
 
+	c.Management = p.management(m)
+
 	items, at, _ := p.list(m, "rules")
 	names := map[string]int{}
 	for i, raw := range items {
@@ -187,6 +189,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		c.Rules = append(c.Rules, *r)
 	}
 	p.checkLimits(m, c)
+	p.checkManaged(m, c)
 	p.checkFleet(c)
 	return c
 }

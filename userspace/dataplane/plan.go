@@ -140,6 +140,10 @@ type Spec struct {
 	Allow, Deny   []netip.Prefix
 	MalformedPass bool
 	Rules         []RuleSpec
+	// ExemptTCP and ExemptUDP are ports that no rule limits (the
+	// management section): port rules do not cover them, and rules
+	// without ports cover every other port of the protocol.
+	ExemptTCP, ExemptUDP []PortRange
 }
 
 // Compile builds a Plan. prev, when not nil, is the plan in force: a rule
@@ -308,6 +312,8 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 			entry(pfx).rules |= bits
 		}
 	}
+	exemptPorts(p, ports, ProtoTCP, spec.ExemptTCP)
+	exemptPorts(p, ports, ProtoUDP, spec.ExemptUDP)
 	for c, a := range ports {
 		for port, mask := range a {
 			if mask != 0 {
@@ -358,6 +364,32 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 		p.Globals.Flags |= GlobalPrefixesV6
 	}
 	return p, nil
+}
+
+// exemptPorts takes the exempt ports of class c out of every rule: a rule
+// without ports becomes a rule of every other port (and keeps matching
+// non-first fragments, which carry no port), and the exempt ports' masks
+// are cleared.
+func exemptPorts(p *Plan, ports map[Proto]*[1 << 16]uint64, c Proto, exempt []PortRange) {
+	if len(exempt) == 0 {
+		return
+	}
+	if ports[c] == nil {
+		ports[c] = new([1 << 16]uint64)
+	}
+	a := ports[c]
+	if portless := p.Globals.Portless[c]; portless != 0 {
+		for port := range a {
+			a[port] |= portless
+		}
+		p.Globals.FragMatch[c] |= portless
+		p.Globals.Portless[c] = 0
+	}
+	for _, r := range exempt {
+		for port := int(r.Lo); port <= int(r.Hi); port++ {
+			a[port] = 0
+		}
+	}
 }
 
 // prefixOwn is a prefix's entry while it is compiled, with what is

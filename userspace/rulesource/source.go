@@ -73,7 +73,7 @@ type Source struct {
 	// Run's goroutine only.
 	last    Document
 	hasLast bool
-	missing bool // the key was missing at the last read (logged once)
+	missing bool   // the key was missing at the last read (logged once)
 	refused string // SHA-256 of the last document refused (logged once)
 
 	floor int64 // no version below this one is taken (SeedVersion)
