@@ -137,6 +137,14 @@ type Loop struct {
 // looks.
 const peakSeconds = 10
 
+// systemDrain is the time over which system protection drains what is
+// queued at its rule's service.
+const systemDrain = time.Second
+
+// systemProbe is the margin above the best completion rate that system
+// protection allows while its rule's service has nothing queued.
+const systemProbe = 0.1
+
 type ruleState struct {
 	spec    RuleSpec
 	targets []Target
@@ -380,12 +388,22 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			capacity := float64(slices.Max(r.peaks[:]))
 			if r.haveServed {
 				capacity = math.Floor(slices.Max(r.servedPeaks[:]))
-				if sampled && sig.HasQueue && sig.QueueDepth > 0 && dt > 0 && capacity >= 1 {
-					// What is queued already is drained as Track drains
-					// (τ = 1.5 ticks, toward an empty queue): a cap at
-					// the completion rate alone would hold the queue
-					// where the flood left it.
-					capacity = max(capacity-sig.QueueDepth/(tauFactor*dt), 1)
+				switch {
+				case !sampled || !sig.HasQueue || capacity < 1:
+				case sig.QueueDepth > 0:
+					// What is queued already drains over about a
+					// second: a cap at the completion rate alone would
+					// hold the queue where the flood left it, and a
+					// faster drain (Track's 1.5 ticks) empties it and
+					// idles a pool of workers that needs a few waiting.
+					capacity = max(capacity-sig.QueueDepth/systemDrain.Seconds(), 1)
+				default:
+					// An empty queue: the service took all it was given
+					// and can take more. Without this margin the cap
+					// could only ratchet down: capped, the service
+					// never completes more than the cap, and every
+					// second it completes less lowers the next cap.
+					capacity *= 1 + systemProbe
 				}
 			}
 			if capacity >= 1 && capacity < rate {

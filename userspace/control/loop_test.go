@@ -327,12 +327,19 @@ func TestLoopSystemProtectionOnCompletedWork(t *testing.T) {
 	if r.State != "system_capped" || math.Abs(r.Rate-400) > 1 {
 		t.Errorf("overloaded host: %+v, want capped at the 400/s completed", r)
 	}
-	// A queue of 30 left by the flood is drained: 400 − 30 / (1.5 × 50 ms).
+	// The accept queue read empty: the service can take more, 10 % above.
+	s.sig.HasQueue = true
+	k.admit(0, 50)
+	clock.Advance(50 * time.Millisecond)
+	if r := loop.Tick().Rules[0]; r.State != "system_capped" || math.Abs(r.Rate-440) > 1 {
+		t.Errorf("overloaded host, empty queue: %+v, want 440", r)
+	}
+	// A queue of 30 left by the flood drains over a second: 400 − 30.
 	s.sig.HasQueue, s.sig.QueueDepth = true, 30
 	k.admit(0, 50)
 	clock.Advance(50 * time.Millisecond)
-	if r := loop.Tick().Rules[0]; r.State != "system_capped" || math.Abs(r.Rate-(400-30/0.075)) > 1 {
-		t.Errorf("overloaded host with a queue: %+v, want %.0f", r, 400-30/0.075)
+	if r := loop.Tick().Rules[0]; r.State != "system_capped" || math.Abs(r.Rate-370) > 1 {
+		t.Errorf("overloaded host with a queue: %+v, want 370", r)
 	}
 	cpu = 0.3
 	if r := loop.Tick().Rules[0]; r.Rate != 1000 || r.State != "static" {
