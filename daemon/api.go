@@ -22,6 +22,13 @@ func (d *daemon) setRules(text []byte, source string, s *Specs) {
 	d.rulesMu.Unlock()
 }
 
+// setRulesSource renames the source of the rules in force.
+func (d *daemon) setRulesSource(source string) {
+	d.rulesMu.Lock()
+	d.rulesSource = source
+	d.rulesMu.Unlock()
+}
+
 // Status implements api.Daemon.
 func (d *daemon) Status() (api.StatusReport, error) {
 	rep := api.StatusReport{Interfaces: []api.IfaceStatus{}}

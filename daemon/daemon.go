@@ -105,9 +105,12 @@ type daemon struct {
 	sourceTableSize int                   // of the attachments
 	reattachErr     map[string]string     // the last error of attaching again, logged once
 
-	api      *api.Server
-	prep     *preparer // documents that arrive while running (prepare.go)
-	loopDone chan struct{}
+	api       *api.Server
+	prep      *preparer       // documents that arrive while running (prepare.go)
+	inForce   document        // the document in force (the loop goroutine's)
+	pending   *pendingConfirm // rules waiting for their confirmation (confirm.go)
+	confirmCh chan chan error
+	loopDone  chan struct{}
 
 	rulesMu     sync.Mutex // guards the fields below against the API
 	rulesText   []byte
@@ -172,7 +175,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 
 	// The API socket first: a second daemon refused there must fail
 	// before it touches any interface.
-	d.prep, d.loopDone = newPreparer(), make(chan struct{})
+	d.prep, d.loopDone, d.confirmCh = newPreparer(), make(chan struct{}), make(chan chan error)
 	defer close(d.loopDone)
 	if d.opts.APISocket != "" {
 		srv, err := api.Start(d.opts.APISocket, d, d.log)
@@ -283,6 +286,10 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			d.applySource(doc)
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())
+		case done := <-d.confirmCh:
+			done <- d.confirm()
+		case <-d.confirmC():
+			d.revert()
 		case ev := <-links:
 			d.onLink(ev)
 		case <-recheck.C:

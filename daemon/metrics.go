@@ -67,6 +67,14 @@ func (m *metricsServer) reload(result string) {
 	}
 }
 
+// revert counts a revert for want of a confirmation; a nil
+// *metricsServer ignores it.
+func (m *metricsServer) revert() {
+	if m != nil {
+		m.safety.Revert()
+	}
+}
+
 // tick records a control tick; a nil *metricsServer ignores it.
 func (m *metricsServer) tick(rep control.TickReport, period time.Duration) {
 	if m == nil {

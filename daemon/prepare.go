@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -20,8 +21,9 @@ import (
 
 // job is a document waiting to be prepared.
 type job struct {
-	doc  document
-	done chan error // the API's caller waits for the outcome; nil otherwise
+	doc     document
+	done    chan error    // the API's caller waits for the outcome; nil otherwise
+	confirm time.Duration // FromAPIPending: the deadline of its confirmation
 }
 
 // prepResult is a job prepared: p, or the error that refused it.
@@ -127,7 +129,10 @@ func (d *daemon) finish(r prepResult) {
 		d.rejected(r.doc, r.err)
 		err = r.err
 	} else {
-		err = d.applyDocument(r.doc, r.p)
+		prev := d.inForce
+		if err = d.applyDocument(r.doc, r.p); err == nil {
+			d.afterCommit(r.doc, prev, r.confirm)
+		}
 	}
 	if r.done != nil {
 		r.done <- err

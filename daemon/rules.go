@@ -28,27 +28,31 @@ import (
 type Origin int
 
 const (
-	FromFile      Origin = iota // the rules file, at start
-	FromLastGood                // the state directory's last good rules, at start
-	FromAPIState                // the rules put through the API before a restart
-	FromWatch                   // the rules file, changed
-	FromSIGHUP                  // the rules file, on SIGHUP
-	FromAPI                     // PUT /v1/rules
-	FromSource                  // the rules source (Redis)
-	FromSnapshot                // the local snapshot of the rules source, at start
-	FromBootstrap               // the --config file while the rules source has not answered
+	FromFile       Origin = iota // the rules file, at start
+	FromLastGood                 // the state directory's last good rules, at start
+	FromAPIState                 // the rules put through the API before a restart
+	FromWatch                    // the rules file, changed
+	FromSIGHUP                   // the rules file, on SIGHUP
+	FromAPI                      // PUT /v1/rules
+	FromSource                   // the rules source (Redis)
+	FromSnapshot                 // the local snapshot of the rules source, at start
+	FromBootstrap                // the --config file while the rules source has not answered
+	FromAPIPending               // PUT /v1/rules?confirm=: waits for its confirmation (confirm.go)
+	FromRevert                   // the rules in force before one that was not confirmed
 )
 
 var origins = [...]struct{ name, applied, rejected string }{
-	FromFile:      {"file", "rules from the rules file", "the rules file is rejected"},
-	FromLastGood:  {"last_good", "rules from the last good rules", "the last good rules are rejected"},
-	FromAPIState:  {"api_state", "rules put through the API", "the rules put through the API are rejected"},
-	FromWatch:     {"watch", "reloaded", "reload failed; the running rules stay in force"},
-	FromSIGHUP:    {"sighup", "reloaded", "reload failed; the running rules stay in force"},
-	FromAPI:       {"api", "reloaded from the API", "rules from the API rejected; the running rules stay in force"},
-	FromSource:    {"source", "reloaded from the rules source", "rules from the rules source rejected; the running rules stay in force"},
-	FromSnapshot:  {"snapshot", "rules from the local snapshot of the rules source", "the local snapshot is rejected"},
-	FromBootstrap: {"bootstrap", "rules from the bootstrap rules file", "the bootstrap rules file is rejected"},
+	FromFile:       {"file", "rules from the rules file", "the rules file is rejected"},
+	FromLastGood:   {"last_good", "rules from the last good rules", "the last good rules are rejected"},
+	FromAPIState:   {"api_state", "rules put through the API", "the rules put through the API are rejected"},
+	FromWatch:      {"watch", "reloaded", "reload failed; the running rules stay in force"},
+	FromSIGHUP:     {"sighup", "reloaded", "reload failed; the running rules stay in force"},
+	FromAPI:        {"api", "reloaded from the API", "rules from the API rejected; the running rules stay in force"},
+	FromSource:     {"source", "reloaded from the rules source", "rules from the rules source rejected; the running rules stay in force"},
+	FromSnapshot:   {"snapshot", "rules from the local snapshot of the rules source", "the local snapshot is rejected"},
+	FromBootstrap:  {"bootstrap", "rules from the bootstrap rules file", "the bootstrap rules file is rejected"},
+	FromAPIPending: {"api_unconfirmed", "reloaded from the API, waiting for its confirmation", "rules from the API rejected; the running rules stay in force"},
+	FromRevert:     {"revert", "reverted to the previous rules", "REVERT FAILED; the unconfirmed rules stay in force"},
 }
 
 func (o Origin) String() string { return origins[o].name }
@@ -132,6 +136,7 @@ func (d *daemon) commit(p *prepared) error {
 		return err
 	}
 	d.persist(p.doc)
+	d.inForce = p.doc
 	d.keepGuard(p)
 	d.setRules(p.doc.text, p.doc.label, p.specs)
 	for _, w := range p.cfg.Warnings {
@@ -203,6 +208,9 @@ func (d *daemon) persist(doc document) {
 	switch doc.origin {
 	case FromLastGood, FromSnapshot:
 		// Already the state directory's.
+	case FromAPIPending, FromRevert:
+		// Not until confirmed (confirm.go); the previous rules are
+		// still the state directory's.
 	case FromFile, FromAPIState, FromBootstrap:
 		d.saveLastGood(doc.text)
 	case FromWatch, FromSIGHUP:

@@ -39,6 +39,8 @@ func commands() []command {
 	return []command{
 		{"run", "attach to interfaces and enforce a rules file (the daemon)", cmdRun},
 		{"check", "validate a rules file without touching the kernel", cmdCheck},
+		{"apply", "check a rules file and send it to the running daemon (--confirm: reverted unless confirmed)", cmdApply},
+		{"confirm", "confirm the rules applied with 'xlimit apply --confirm'", cmdConfirm},
 		{"rules", "push a rules file to Redis for the fleet, or show the one there", cmdRules},
 		{"status", "show rules, rates in force and counters from the pins", cmdStatus},
 		{"top", "live per-rule pass, drop and would-drop rates from the pins", cmdTop},

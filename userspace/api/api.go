@@ -4,6 +4,8 @@
 //	GET  /v1/status    rules, rates in force and counters (the schema of `xlimit status --json`)
 //	GET  /v1/rules     the rules text in force, its source and its SHA-256 (also the ETag)
 //	PUT  /v1/rules     replace the rules: body = YAML, validated like a file named "api"
+//	                   (?confirm=DURATION: reverted unless confirmed in time, confirm.go)
+//	POST /v1/rules/confirm  confirm rules applied with ?confirm
 //	POST /v1/feedback  a protected service's own queueing delay and error counts
 //
 // Every answer is JSON; every error is an ErrorResponse. The package knows
@@ -25,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/xlimit/xlimit/userspace/config"
 )
@@ -83,9 +86,10 @@ func Handler(d Daemon, log *slog.Logger) http.Handler {
 	}
 	h := &handler{d: d, log: log}
 	h.routes = map[string]map[string]http.HandlerFunc{
-		"/v1/status":   {http.MethodGet: h.getStatus},
-		"/v1/rules":    {http.MethodGet: h.getRules, http.MethodPut: h.putRules},
-		"/v1/feedback": {http.MethodPost: h.postFeedback},
+		"/v1/status":        {http.MethodGet: h.getStatus},
+		"/v1/rules":         {http.MethodGet: h.getRules, http.MethodPut: h.putRules},
+		"/v1/feedback":      {http.MethodPost: h.postFeedback},
+		"/v1/rules/confirm": {http.MethodPost: h.postConfirm},
 	}
 	return h
 }
@@ -149,6 +153,16 @@ func (h *handler) putRules(w http.ResponseWriter, r *http.Request) {
 	if !mediaTypeOK(w, r, rulesMediaTypes) {
 		return
 	}
+	within, err := confirmParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	confirmer, canConfirm := h.d.(Confirmer)
+	if within > 0 && !canConfirm {
+		writeError(w, http.StatusNotImplemented, "this daemon takes no confirmations", nil)
+		return
+	}
 	data, ok := readBody(w, r, MaxRulesBytes)
 	if !ok {
 		return
@@ -168,7 +182,13 @@ func (h *handler) putRules(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := h.d.ApplyRules(data); err != nil {
+	var revertAt time.Time
+	if within > 0 {
+		revertAt, err = confirmer.ApplyRulesConfirm(data, within)
+	} else {
+		err = h.d.ApplyRules(data)
+	}
+	if err != nil {
 		switch lines := config.Errors(err); {
 		case len(lines) > 0:
 			writeError(w, http.StatusBadRequest, "invalid rules", errorLines(err))
@@ -189,6 +209,10 @@ func (h *handler) putRules(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.Info("api: rules applied", "rules", len(cfg.Rules), "sha256", res.SHA256)
 	w.Header().Set("ETag", `"`+res.SHA256+`"`)
+	if within > 0 {
+		writeJSON(w, http.StatusOK, RulesPending{RulesApplied: res, RevertAt: revertAt})
+		return
+	}
 	writeJSON(w, http.StatusOK, res)
 }
 
