@@ -7,6 +7,7 @@ import (
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/lockout"
 )
 
 func cmdCheck(ctx context.Context, e *env, args []string) error {
@@ -65,6 +66,14 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 	}
 	for _, w := range specs.NotEnforced {
 		fmt.Fprintf(e.stderr, "warning: not enforced by this version: %s\n", w)
+	}
+	// What would cut the operator off on this host (its listening sshd).
+	if ls, err := lockout.TCPListeners("/proc"); err == nil {
+		if plan, err := dataplane.Compile(specs.Dataplane, nil); err == nil {
+			for _, w := range lockout.Warnings(plan, specs.Dataplane, ls) {
+				fmt.Fprintf(e.stderr, "warning: %s\n", w)
+			}
+		}
 	}
 	fmt.Fprintf(e.stdout, "%s: ok (%d rules)\n", file, len(cfg.Rules))
 	return nil

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +50,58 @@ func TestFailStaticBound(t *testing.T) {
 		"--state-dir", t.TempDir(), "--fail-static-after", "8760h")
 	if code != 2 || !strings.Contains(errOut, "--fail-static-after 8760h0m0s: at most 1m0s") {
 		t.Errorf("run --fail-static-after 8760h: code %d, stderr %q", code, errOut)
+	}
+}
+
+// TestHelperSSHD is not a test: TestCheckWarnsSSHD runs the test binary
+// under the name sshd with XLIMIT_TEST_SSHD set, and it listens on TCP.
+func TestHelperSSHD(t *testing.T) {
+	if os.Getenv("XLIMIT_TEST_SSHD") == "" {
+		t.Skip("helper process of TestCheckWarnsSSHD")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	time.Sleep(time.Minute)
+	os.Exit(0)
+}
+
+// TestCheckWarnsSSHD: check warns when a rule would limit new TCP
+// connections to the port of a listening sshd, and not when that port is
+// a management port.
+func TestCheckWarnsSSHD(t *testing.T) {
+	sshd := filepath.Join(t.TempDir(), "sshd")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, sshd); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sshd, "-test.run=^TestHelperSSHD$")
+	cmd.Env = append(os.Environ(), "XLIMIT_TEST_SSHD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var port int
+	if _, err := fmt.Fscan(out, &port); err != nil {
+		t.Fatalf("the sshd helper did not say its port: %v", err)
+	}
+	limited := writeFile(t, "all.yaml", "rules:\n  - name: all-tcp\n    protocol: tcp\n    rate: 100\n")
+	code, _, errOut := runCLI(t, "check", limited)
+	want := fmt.Sprintf("rule(s) all-tcp limit new TCP connections to port %d, where sshd (pid %d) listens", port, cmd.Process.Pid)
+	if code != 0 || !strings.Contains(errOut, want) {
+		t.Errorf("check of a rule on every TCP port: code %d, stderr %q, want %q", code, errOut, want)
+	}
+	managed := writeFile(t, "managed.yaml", fmt.Sprintf("management:\n  tcp_ports: [%d]\nrules:\n  - name: all-tcp\n    protocol: tcp\n    rate: 100\n", port))
+	if code, _, errOut := runCLI(t, "check", managed); code != 0 || strings.Contains(errOut, "sshd") {
+		t.Errorf("check with the port managed: code %d, stderr %q", code, errOut)
 	}
 }
