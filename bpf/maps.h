@@ -154,6 +154,47 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_sk_conns SEC(".maps");
 
+/* State. Key: a fragmented datagram (source, destination, protocol, IP
+ * ID). Value: the port rules its first fragment matched, and whether a
+ * fragment of it was dropped. Later fragments carry no port: they are
+ * charged to these rules (frag.h). LRU hash: a flood of first fragments
+ * evicts the oldest datagrams, whose later fragments then drop as orphans,
+ * instead of failing inserts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, XL_FRAG_ENTRIES);
+	__type(key, struct xl_frag_key);
+	__type(value, struct xl_frag);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_frags SEC(".maps");
+
+/* Config, written by the daemon as the namespace's addresses change (it
+ * watches them over netlink). Key: an address the host owns: every IPv4
+ * and IPv6 address of every interface of the namespace, and the MAC of
+ * the interface this program is attached to. Value: the interface that
+ * holds it. Hash: one exact lookup answers "is this frame for us?". Read
+ * by the resets (reset.h) and by anything else that answers a frame from
+ * XDP, which must answer only for the host's own addresses. Empty until
+ * the daemon fills it: nothing is answered then. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XL_HOST_ADDRS_MAX);
+	__type(key, struct xl_host_key);
+	__type(value, struct xl_host_addr);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_host_addrs SEC(".maps");
+
+/* State. Key 0: the theoretical arrival time of the reset bucket of all
+ * rules (xl_globals.reset), as xl_bucket_state.tat. A shared one-entry
+ * array: one budget whichever CPU and rule a reset comes from. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_reset_budget SEC(".maps");
+
 /* Test only. Key 0: the time in ns that the program reads instead of the
  * clock when xl_cfg_fake_clock is set. Not pinned. */
 struct {

@@ -37,10 +37,9 @@ static __always_inline __u64 xl_match(const struct xl_pkt *pkt, __u32 gen,
 	if (proto >= XL_PROTO_MAX || pkt->exempt)
 		return 0;
 
+	/* A later fragment has no port: frag.h adds its port rules. */
 	__u64 mask = g->portless[proto];
-	if (pkt->fragment) {
-		mask |= g->frag_match[proto];
-	} else if (pkt->has_port && proto < XL_PORT_PROTOS) {
+	if (pkt->has_port && proto < XL_PORT_PROTOS) {
 		__u32 key = (gen << 17) | (proto << 16) | pkt->dport;
 		__u64 *ports = bpf_map_lookup_elem(&xl_ports, &key);
 		if (ports)

@@ -105,16 +105,23 @@ struct xl_icmphdr {
 
 /* What the rest of the program needs to know about a packet. */
 struct xl_pkt {
-	__u8 saddr[16]; /* IPv4 in the first 4 bytes */
-	__u16 dport;	/* host order; 0 when has_port is 0 */
-	__u8 family;	/* 4 or 6 */
-	__u8 proto;	/* enum xl_proto */
-	__u8 has_port;	/* TCP or UDP header present */
-	__u8 syn;	/* TCP SYN without ACK */
-	__u8 fragment;	/* non-first fragment: no L4 header */
-	__u8 exempt;	/* never rule-limited (ICMPv6 neighbour discovery) */
-	__u8 l3_off;	/* offset of the IP header in the frame */
-	__u16 l4_off;	/* offset of the L4 header (valid once parsed) */
+	__u8 saddr[16];	 /* IPv4 in the first 4 bytes */
+	__u16 dport;	 /* host order; 0 when has_port is 0 */
+	__u8 family;	 /* 4 or 6 */
+	__u8 proto;	 /* enum xl_proto */
+	__u8 has_port;	 /* TCP or UDP header present */
+	__u8 syn;	 /* TCP SYN without ACK */
+	__u8 fragment;	 /* non-first fragment: no L4 header */
+	__u8 first_frag; /* first fragment of a fragmented datagram */
+	__u8 exempt;	 /* never rule-limited (ICMPv6 neighbour discovery) */
+	__u8 l3_off;	 /* offset of the IP header in the frame */
+	__u8 l4;	 /* the IP protocol (valid once the IP header parsed) */
+	__u8 hop_limit;	 /* IPv6 only */
+	__u16 l4_off;	 /* offset of the L4 header (valid once parsed) */
+	/* Fragments only (fragment or first_frag): the datagram's
+	 * destination and identification, the rest of its xl_frag_key. */
+	__u32 frag_id;
+	__u8 daddr[16];
 };
 
 struct xl_cursor {
@@ -123,8 +130,10 @@ struct xl_cursor {
 };
 
 /* Parser results below zero. */
-#define XL_PARSE_MALFORMED -1
-#define XL_PARSE_EXT_LIMIT -2
+#define XL_PARSE_MALFORMED  -1
+#define XL_PARSE_EXT_LIMIT  -2
+#define XL_PARSE_ND_INVALID -3
+#define XL_PARSE_VLAN_DEPTH -4
 
 /* Returns a pointer to the next len bytes and advances, or NULL. */
 #define XL_PULL(cur, len)                                                                          \
@@ -138,7 +147,8 @@ struct xl_cursor {
 	})
 
 /* Parses Ethernet and up to XL_VLAN_MAX tags. Returns the ethertype in host
- * order, 0 for more tags than that, or XL_PARSE_MALFORMED when truncated. */
+ * order, XL_PARSE_VLAN_DEPTH for more tags than that, or XL_PARSE_MALFORMED
+ * when truncated. */
 static __always_inline int xl_parse_eth(struct xl_cursor *cur)
 {
 	struct xl_ethhdr *eth = XL_PULL(cur, sizeof(*eth));
@@ -156,12 +166,13 @@ static __always_inline int xl_parse_eth(struct xl_cursor *cur)
 		proto = bpf_ntohs(vlan->proto);
 	}
 	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD)
-		return 0;
+		return XL_PARSE_VLAN_DEPTH;
 	return proto;
 }
 
 /* Parses IPv4 with options. Returns the L4 protocol (setting pkt->fragment
- * for a non-first fragment, which has no L4 header) or XL_PARSE_MALFORMED. */
+ * for a non-first fragment, which has no L4 header, pkt->first_frag for a
+ * first one) or XL_PARSE_MALFORMED. */
 static __always_inline int xl_parse_ipv4(struct xl_cursor *cur, struct xl_pkt *pkt)
 {
 	struct xl_iphdr *ip = XL_PULL(cur, sizeof(*ip));
@@ -172,8 +183,14 @@ static __always_inline int xl_parse_ipv4(struct xl_cursor *cur, struct xl_pkt *p
 		return XL_PARSE_MALFORMED;
 	pkt->family = 4;
 	__builtin_memcpy(pkt->saddr, &ip->saddr, 4);
-	if (bpf_ntohs(ip->frag_off) & 0x1fff)
-		pkt->fragment = 1;
+	__u16 frag = bpf_ntohs(ip->frag_off);
+	if (frag & 0x3fff) {
+		/* MF or an offset: a fragment. */
+		pkt->fragment = (frag & 0x1fff) != 0;
+		pkt->first_frag = !pkt->fragment;
+		pkt->frag_id = ip->id;
+		__builtin_memcpy(pkt->daddr, &ip->daddr, 4);
+	}
 	return ip->protocol;
 }
 
@@ -186,6 +203,7 @@ static __always_inline int xl_parse_ipv6(struct xl_cursor *cur, struct xl_pkt *p
 	if (!ip6 || (bpf_ntohl(ip6->ver_tc_flow) >> 28) != 6)
 		return XL_PARSE_MALFORMED;
 	pkt->family = 6;
+	pkt->hop_limit = ip6->hop_limit;
 	__builtin_memcpy(pkt->saddr, ip6->saddr, 16);
 	__u8 next = ip6->nexthdr;
 
@@ -217,9 +235,16 @@ static __always_inline int xl_parse_ipv6(struct xl_cursor *cur, struct xl_pkt *p
 			if (!frag)
 				return XL_PARSE_MALFORMED;
 			next = frag->nexthdr;
-			if (bpf_ntohs(frag->frag_off) & 0xfff8) {
-				pkt->fragment = 1;
-				return next;
+			__u16 off = bpf_ntohs(frag->frag_off);
+			if (off & 0xfff9) {
+				/* An offset or M: a fragment (not an atomic one). */
+				pkt->frag_id = frag->id;
+				__builtin_memcpy(pkt->daddr, ip6->daddr, 16);
+				if (off & 0xfff8) {
+					pkt->fragment = 1;
+					return next;
+				}
+				pkt->first_frag = 1;
 			}
 			break;
 		}
@@ -252,7 +277,35 @@ static __always_inline __u8 xl_proto_class(int l4)
 	return XL_PROTO_OTHER;
 }
 
-/* Parses the L4 header of protocol l4. Returns 0, or XL_PARSE_MALFORMED. */
+/* Neighbour discovery (ICMPv6 133-137) that RFC 4861 lets a host accept,
+ * by the checks that cost nothing: hop limit 255 (sent on the link, not
+ * forwarded), code 0, the message's fixed part present, a link-local
+ * source for router advertisements and redirects, and not a fragment (RFC
+ * 6980). Only such messages are exempt from the rules; the host itself
+ * discards the others. */
+static __always_inline int xl_nd_valid(const struct xl_cursor *cur, const struct xl_pkt *pkt,
+				       const struct xl_icmphdr *icmp)
+{
+	/* The smallest message of each type, ICMPv6 header included. */
+	__u32 min = 24; /* neighbour solicitation and advertisement */
+	if (icmp->type == 133)
+		min = 8;
+	else if (icmp->type == 134)
+		min = 16;
+	else if (icmp->type == 137)
+		min = 40;
+	if (pkt->hop_limit != 255 || icmp->code != 0 || pkt->first_frag)
+		return 0;
+	if ((void *)icmp + min > cur->end)
+		return 0;
+	if ((icmp->type == 134 || icmp->type == 137) &&
+	    (pkt->saddr[0] != 0xfe || (pkt->saddr[1] & 0xc0) != 0x80))
+		return 0;
+	return 1;
+}
+
+/* Parses the L4 header of protocol l4. Returns 0, XL_PARSE_MALFORMED, or
+ * XL_PARSE_ND_INVALID for neighbour discovery that xl_nd_valid refuses. */
 static __always_inline int xl_parse_l4(struct xl_cursor *cur, struct xl_pkt *pkt, int l4)
 {
 	switch (l4) {
@@ -280,8 +333,12 @@ static __always_inline int xl_parse_l4(struct xl_cursor *cur, struct xl_pkt *pkt
 			return XL_PARSE_MALFORMED;
 		/* Router/neighbour solicitation and advertisement, redirect:
 		 * limiting them would cut the host off its IPv6 neighbours. */
-		if (l4 == IPPROTO_ICMPV6 && icmp->type >= 133 && icmp->type <= 137)
+		if (l4 == IPPROTO_ICMPV6 && pkt->family == 6 && icmp->type >= 133 &&
+		    icmp->type <= 137) {
+			if (!xl_nd_valid(cur, pkt, icmp))
+				return XL_PARSE_ND_INVALID;
 			pkt->exempt = 1;
+		}
 		return 0;
 	}
 	}

@@ -19,4 +19,12 @@ static __always_inline void xl_count(__u32 slot, __u32 verdict, __u32 reason, __
 	c->reasons[reason]++;
 }
 
+/* Counts what became of a refused SYN's reset (enum xl_reset_outcome). */
+static __always_inline void xl_count_reset(__u32 slot, __u32 outcome)
+{
+	struct xl_counters *c = bpf_map_lookup_elem(&xl_stats, &slot);
+	if (c && outcome < XL_RESET_MAX)
+		c->resets[outcome]++;
+}
+
 #endif /* XLIMIT_STATS_H */

@@ -25,6 +25,11 @@
 #define XL_MULT_SHIFT 16
 /* Longest IPv6 extension-header chain the parser walks. */
 #define XL_IPV6_EXT_MAX 6
+/* Datagrams whose fragments are followed at once (xl_frags). */
+#define XL_FRAG_ENTRIES 8192
+/* Addresses of the host (xl_host_addrs): IPs of every interface of the
+ * namespace and the MAC of the interface the program is attached to. */
+#define XL_HOST_ADDRS_MAX 4096
 /* Rule name length, NUL included. */
 #define XL_NAME_LEN 32
 /* A CPU's token cache borrows at most this much time's worth of a rule's
@@ -51,21 +56,42 @@ enum xl_verdict {
 /* Why a packet got its verdict. Rule slots count the rule's own decision;
  * the global slot counts the packet's final verdict. */
 enum xl_reason {
-	XL_REASON_NO_RULE = 0,	     /* pass: no rule matched */
-	XL_REASON_ALLOW = 1,	     /* pass: source allowlisted */
-	XL_REASON_ADMIT = 2,	     /* pass: every matching rule admitted it */
-	XL_REASON_NOT_IP = 3,	     /* pass: not IPv4/IPv6, or > 2 VLAN tags */
-	XL_REASON_DENY = 4,	     /* drop: source denylisted */
-	XL_REASON_RULE = 5,	     /* drop: the rule's bucket is empty */
-	XL_REASON_SOURCE = 6,	     /* drop: the per-source bucket is empty */
-	XL_REASON_CONCURRENCY = 7,   /* drop: concurrency gate */
-	XL_REASON_BREAKER = 8,	     /* drop: circuit breaker open */
-	XL_REASON_FRAGMENT = 9,	     /* drop: fragment on a `fragments: drop` rule */
-	XL_REASON_MALFORMED_L2 = 10, /* truncated Ethernet or VLAN header */
-	XL_REASON_MALFORMED_L3 = 11, /* truncated or invalid IPv4/IPv6 header */
-	XL_REASON_MALFORMED_L4 = 12, /* truncated or invalid TCP/UDP/ICMP header */
-	XL_REASON_EXT_LIMIT = 13,    /* IPv6 extension chain over the bound */
-	XL_REASON_MAX = 14,
+	XL_REASON_NO_RULE = 0,		/* pass: no rule matched */
+	XL_REASON_ALLOW = 1,		/* pass: source allowlisted */
+	XL_REASON_ADMIT = 2,		/* pass: every matching rule admitted it */
+	XL_REASON_NOT_IP = 3,		/* pass: neither IPv4 nor IPv6 */
+	XL_REASON_DENY = 4,		/* drop: source denylisted */
+	XL_REASON_RULE = 5,		/* drop: the rule's bucket is empty */
+	XL_REASON_SOURCE = 6,		/* drop: the per-source bucket is empty */
+	XL_REASON_CONCURRENCY = 7,	/* drop: concurrency gate */
+	XL_REASON_BREAKER = 8,		/* drop: circuit breaker open */
+	XL_REASON_FRAGMENT = 9,		/* drop: `fragments: drop`, or rest of a dropped datagram */
+	XL_REASON_MALFORMED_L2 = 10,	/* truncated Ethernet or VLAN header */
+	XL_REASON_MALFORMED_L3 = 11,	/* truncated or invalid IPv4/IPv6 header */
+	XL_REASON_MALFORMED_L4 = 12,	/* truncated or invalid TCP/UDP/ICMP header */
+	XL_REASON_EXT_LIMIT = 13,	/* IPv6 extension chain over the bound */
+	XL_REASON_FRAGMENT_ORPHAN = 14, /* drop: later fragment, its first one not seen */
+	XL_REASON_ND_INVALID = 15,	/* neighbour discovery failing RFC 4861's checks */
+	XL_REASON_VLAN_DEPTH = 16,	/* more than XL_VLAN_MAX VLAN tags */
+	XL_REASON_MAX = 17,
+};
+
+/* What became of a refused SYN's reset (xl_counters.resets, rule slots). */
+enum xl_reset_outcome {
+	XL_RESET_SENT = 0,
+	XL_RESET_UNSUPPORTED = 1,   /* IP options or extension headers, or deeper tags */
+	XL_RESET_NOT_UNICAST = 2,   /* multicast/broadcast/unspecified source or destination */
+	XL_RESET_RULE_BUDGET = 3,   /* the rule's own reset bucket is empty */
+	XL_RESET_NOT_LOCAL = 4,	    /* not to the interface's MAC and a host address */
+	XL_RESET_GLOBAL_BUDGET = 5, /* the reset bucket of all rules is empty */
+	XL_RESET_MAX = 6,
+};
+
+/* Kinds of host address (xl_host_key.kind). */
+enum xl_host_kind {
+	XL_HOST_MAC = 1, /* the attached interface's MAC, in addr[0..5] */
+	XL_HOST_IPV4 = 4,
+	XL_HOST_IPV6 = 6,
 };
 
 /* xl_rule.flags */
@@ -156,6 +182,9 @@ struct xl_globals {
 	/* The network namespace whose sockets xl_count_conns counts (the
 	 * interface's): a cgroup's sockets may live in any namespace. */
 	__u64 netns_cookie;
+	/* The bucket of every reset sent, across rules (in packets): on top of
+	 * each rule's own, it bounds what a spoofed SYN flood can reflect. */
+	struct xl_bucket reset;
 	__u32 flags; /* enum xl_global_flag */
 	__u32 _pad;
 };
@@ -243,11 +272,43 @@ struct xl_sk_conn {
 	__u32 epoch;
 };
 
+/* Key of a datagram's fragments (xl_frags): what RFC 791 and RFC 8200
+ * identify a datagram by. IPv4 addresses in the first 4 bytes. */
+struct xl_frag_key {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u32 id; /* IPv4 identification, or the IPv6 fragment header's */
+	__u8 family;
+	__u8 proto; /* the IP protocol */
+	__u16 _pad;
+};
+
+/* What the first fragment of a datagram decided for the rest (state). */
+struct xl_frag {
+	__u64 rules;   /* port rules that take fragments and matched it */
+	__u32 dropped; /* slot + 1 of the rule that dropped a fragment, or 0 */
+	__u32 _pad;
+};
+
+/* Key of a host address (xl_host_addrs). IPv4 in the first 4 bytes. */
+struct xl_host_key {
+	__u32 kind; /* enum xl_host_kind */
+	__u8 addr[16];
+	__u32 _pad;
+};
+
+/* A host address (config, written by the daemon as addresses change). */
+struct xl_host_addr {
+	__u32 ifindex; /* the interface that holds it */
+	__u32 _pad;
+};
+
 /* Per-CPU counters of one slot (state). */
 struct xl_counters {
 	__u64 packets[XL_VERDICT_MAX];
 	__u64 bytes[XL_VERDICT_MAX];
 	__u64 reasons[XL_REASON_MAX];
+	__u64 resets[XL_RESET_MAX]; /* refused SYNs by enum xl_reset_outcome */
 };
 
 #endif /* XLIMIT_TYPES_H */

@@ -9,6 +9,7 @@
 #include "bucket.h"
 #include "clock.h"
 #include "conns.h"
+#include "frag.h"
 #include "reset.h"
 #include "maps.h"
 #include "match.h"
@@ -26,22 +27,31 @@ const enum xl_proto *xl_btf_proto __attribute__((unused));
 const enum xl_rule_flag *xl_btf_rule_flag __attribute__((unused));
 const enum xl_global_flag *xl_btf_global_flag __attribute__((unused));
 const enum xl_prefix_flag *xl_btf_prefix_flag __attribute__((unused));
+const enum xl_reset_outcome *xl_btf_reset_outcome __attribute__((unused));
+const enum xl_host_kind *xl_btf_host_kind __attribute__((unused));
+const struct xl_frag_key *xl_btf_frag_key __attribute__((unused));
+const struct xl_frag *xl_btf_frag __attribute__((unused));
+const struct xl_host_key *xl_btf_host_key __attribute__((unused));
+const struct xl_host_addr *xl_btf_host_addr __attribute__((unused));
 
 /* xl_apply_rule's flag: answer the dropped packet with a TCP reset. */
 #define XL_APPLY_RESET (1 << 16)
 
-/* Applies the rule in one slot of a generation and counts its decision.
+/* Applies the rule in one slot of a generation (key: gen * XL_MAX_RULES +
+ * slot, its key in xl_rules) and counts its decision.
  * Returns the rule's verdict in the low byte, its reason in the next, and
  * XL_APPLY_RESET when the drop is to be answered with a reset.
  * *now is the packet's time, read on first need (0: not read yet).
  *
  * A global (not inlined) function: the verifier checks it once, not once
  * per slot of the caller's loop over the matched rules. */
-__noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __u64 *now, __u64 len)
+__noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt *pkt, __u64 *now,
+			     __u64 len)
 {
-	if (!pkt || !now || slot >= XL_MAX_RULES)
+	__u32 gen = key / XL_MAX_RULES;
+	__u32 slot = key % XL_MAX_RULES;
+	if (!ctx || !pkt || !now || gen >= XL_GENERATIONS)
 		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
-	__u32 key = gen * XL_MAX_RULES + slot;
 	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
 	struct xl_bucket_state *st = bpf_map_lookup_elem(&xl_buckets, &slot);
 	struct xl_cache *c = bpf_map_lookup_elem(&xl_caches, &slot);
@@ -51,7 +61,7 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 	__u32 verdict = XL_VERDICT_DROP;
 	__u32 reason = XL_REASON_RULE;
 	__u32 reset = 0;
-	if (pkt->fragment && (r->flags & XL_RULE_FRAG_DROP)) {
+	if ((pkt->fragment | pkt->first_frag) && (r->flags & XL_RULE_FRAG_DROP)) {
 		reason = XL_REASON_FRAGMENT;
 		goto out;
 	}
@@ -63,11 +73,13 @@ __noinline int xl_apply_rule(__u32 gen, __u32 slot, const struct xl_pkt *pkt, __
 
 	/* New connections meet the breaker's and the concurrency gates. A
 	 * refused one is answered with a reset, so that its client fails at
-	 * once, within the resets' own bucket at the rule's rate. */
+	 * once, within the resets' budgets (reset.h); a shadow rule's refusal
+	 * is not answered. */
 	__u32 refused = xl_gate_refusal(r, slot, pkt, lim, st);
 	if (refused) {
 		reason = refused;
-		if (xl_reset_admit(st, b, inc, now))
+		if (!(r->flags & XL_RULE_SHADOW) &&
+		    xl_reset_decide(ctx, gen, slot, pkt, st, b, inc, now) == XL_RESET_SENT)
 			reset = XL_APPLY_RESET;
 		goto out;
 	}
@@ -122,7 +134,9 @@ int xlimit_xdp(struct xdp_md *ctx)
 	} else if (l3 == ETH_P_IPV6) {
 		l4 = xl_parse_ipv6(&cur, &pkt);
 	} else {
-		reason = l3 == XL_PARSE_MALFORMED ? XL_REASON_MALFORMED_L2 : XL_REASON_NOT_IP;
+		reason = l3 == XL_PARSE_MALFORMED    ? XL_REASON_MALFORMED_L2
+			 : l3 == XL_PARSE_VLAN_DEPTH ? XL_REASON_VLAN_DEPTH
+						     : XL_REASON_NOT_IP;
 		goto malformed;
 	}
 	if (!pkt.family) {
@@ -146,31 +160,52 @@ int xlimit_xdp(struct xdp_md *ctx)
 		goto malformed;
 	}
 	pkt.proto = xl_proto_class(l4);
+	pkt.l4 = l4;
 	pkt.l4_off = cur.pos - (void *)(long)ctx->data;
-	if (!pkt.fragment && xl_parse_l4(&cur, &pkt, l4) < 0) {
-		reason = XL_REASON_MALFORMED_L4;
-		goto malformed;
+	if (!pkt.fragment) {
+		int l4r = xl_parse_l4(&cur, &pkt, l4);
+		if (l4r < 0) {
+			reason = l4r == XL_PARSE_ND_INVALID ? XL_REASON_ND_INVALID
+							    : XL_REASON_MALFORMED_L4;
+			goto malformed;
+		}
 	}
 
 	__u64 mask = xl_match(&pkt, gen, g, src);
-	if (!mask)
-		goto out;
+	/* Later fragments take their datagram's port rules (frag.h). */
+	struct xl_frag *frag = NULL;
+	if (pkt.fragment && xl_frag_followed(&pkt, g)) {
+		__u32 slot = XL_GLOBAL_SLOT;
+		__u32 why = xl_frag_follow(&pkt, &mask, &frag, &slot);
+		if (why) {
+			verdict = XL_VERDICT_DROP;
+			reason = why;
+			if (slot < XL_MAX_RULES)
+				xl_count(slot, verdict, reason, len);
+			goto out;
+		}
+	}
 
 	__u64 now = 0;
-	reason = XL_REASON_ADMIT;
+	__u32 dropped = 0; /* slot + 1 of the rule that dropped the packet */
+	if (mask)
+		reason = XL_REASON_ADMIT;
 	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
 		if (!(mask >> i))
 			break;
 		if (!((mask >> i) & 1))
 			continue;
-		int res = xl_apply_rule(gen, i, &pkt, &now, len);
+		int res = xl_apply_rule(ctx, gen * XL_MAX_RULES + i, &pkt, &now, len);
 		if ((res & 0xff) == XL_VERDICT_DROP) {
 			verdict = XL_VERDICT_DROP;
 			reason = (res >> 8) & 0xff;
 			reset = res & XL_APPLY_RESET;
+			dropped = i + 1;
 			break;
 		}
 	}
+	if (pkt.first_frag | pkt.fragment)
+		xl_frag_done(&pkt, g, frag, mask, dropped);
 	goto out;
 
 malformed:

@@ -134,6 +134,9 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	}
 	a.SourcesReset = a.objs.SourcesReset
 	prog := a.objs.Program()
+	if err := a.RefreshHostAddrs(); err != nil { // hostaddrs.go: what the program may answer
+		return nil, err
+	}
 	if opts.Fill != nil {
 		if err := opts.Fill(a.objs.Tables()); err != nil {
 			return nil, fmt.Errorf("write the rules before attaching to %s: %w", iface, err)

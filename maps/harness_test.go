@@ -5,6 +5,8 @@ package maps
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -46,7 +48,31 @@ func newHarness(tb testing.TB) *harness {
 		tb.Fatalf("load: %v", err)
 	}
 	tb.Cleanup(func() { o.Close() })
-	return &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+	h := &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+	h.setHost(tb, defaultHost())
+	return h
+}
+
+// defaultHost is the host that the test frames are addressed to: the
+// frame package's default MAC 02:00:00:00:00:02 and addresses 192.0.2.1
+// and 2001:db8::1, and the servers of the gate tests, 10.9.0.1 and
+// 2001:db8::80.
+func defaultHost() dataplane.HostAddrs {
+	h := dataplane.HostAddrs{dataplane.MACKey(net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}): 1}
+	for _, a := range []string{"192.0.2.1", "2001:db8::1", "10.9.0.1", "2001:db8::80"} {
+		h[dataplane.IPKey(netip.MustParseAddr(a))] = 1
+	}
+	return h
+}
+
+// setHost makes addrs the host's own addresses in both the kernel
+// (xl_host_addrs) and the model.
+func (h *harness) setHost(tb testing.TB, addrs dataplane.HostAddrs) {
+	tb.Helper()
+	if err := h.tab.SetHostAddrs(addrs); err != nil {
+		tb.Fatal(err)
+	}
+	h.model.Host = addrs
 }
 
 var nextCPU atomic.Int32
@@ -198,7 +224,8 @@ func (h *harness) batchCounters(tb testing.TB) allCounters {
 	var all allCounters
 	for i, k := range keys {
 		for _, v := range vals[i*ncpu : (i+1)*ncpu] {
-			c := dataplane.Counters{Packets: v.Packets, Bytes: v.Bytes, Reasons: v.Reasons}
+			c := dataplane.Counters{Packets: v.Packets, Bytes: v.Bytes, Resets: v.Resets}
+			copy(c.Reasons[:], v.Reasons[:])
 			all[k].Add(&c)
 		}
 	}
@@ -254,6 +281,11 @@ func fmtCounters(c dataplane.Counters) string {
 	for r := range dataplane.ReasonMax {
 		if c.Reasons[r] != 0 {
 			parts = append(parts, fmt.Sprintf("%v:%d", r, c.Reasons[r]))
+		}
+	}
+	for r := range dataplane.ResetMax {
+		if c.Resets[r] != 0 {
+			parts = append(parts, fmt.Sprintf("reset %v:%d", r, c.Resets[r]))
 		}
 	}
 	if len(parts) == 0 {

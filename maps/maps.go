@@ -132,6 +132,7 @@ func PinnedNames() []string {
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
+		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget,
 	}
 }
 
@@ -139,6 +140,7 @@ func PinnedNames() []string {
 // OpenPinned gives to `xlimit status` without loading a program.
 type Tables struct {
 	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources, conns *ebpf.Map
+	hostAddrs                                                                                  *ebpf.Map
 	owned                                                                                      bool
 }
 
@@ -149,7 +151,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
-		conns: m.XlConns,
+		conns: m.XlConns, hostAddrs: m.XlHostAddrs,
 	}
 }
 
@@ -167,7 +169,7 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		{xdpMapXlGen, &t.gen}, {xdpMapXlConfig, &t.config}, {xdpMapXlRules, &t.rules},
 		{xdpMapXlPorts, &t.ports}, {xdpMapXlPrefix4, &t.prefix4}, {xdpMapXlPrefix6, &t.prefix6},
 		{xdpMapXlLimits, &t.limits}, {xdpMapXlBuckets, &t.buckets}, {xdpMapXlStats, &t.stats},
-		{xdpMapXlSources, &t.sources}, {xdpMapXlConns, &t.conns},
+		{xdpMapXlSources, &t.sources}, {xdpMapXlConns, &t.conns}, {xdpMapXlHostAddrs, &t.hostAddrs},
 	} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
 		if err != nil {
@@ -186,7 +188,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats, t.sources, t.conns} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -255,6 +257,7 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 		SrcFiltered: p.Globals.SrcFiltered,
 		Concurrent:  p.Globals.Concurrent,
 		NetnsCookie: netnsCookie(),
+		Reset:       xdpXlBucket{Mult: p.Globals.Reset.Mult, Tol: p.Globals.Reset.Tol},
 		Flags:       p.Globals.Flags,
 	}
 	if err := t.config.Update(gen, &g, ebpf.UpdateAny); err != nil {
@@ -335,7 +338,8 @@ func (t *Tables) ReadPlan() (*dataplane.Plan, error) {
 	if err := t.config.Lookup(gen, &g); err != nil {
 		return nil, fmt.Errorf("read globals: %w", err)
 	}
-	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Concurrent: g.Concurrent, Flags: g.Flags}
+	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Concurrent: g.Concurrent,
+		Reset: dataplane.Bucket{Mult: g.Reset.Mult, Tol: g.Reset.Tol}, Flags: g.Flags}
 
 	vals, err := t.allPorts()
 	if err != nil {
@@ -517,7 +521,8 @@ func (t *Tables) Counters(slot int) (dataplane.Counters, error) {
 	}
 	var sum dataplane.Counters
 	for i := range per {
-		c := dataplane.Counters{Packets: per[i].Packets, Bytes: per[i].Bytes, Reasons: per[i].Reasons}
+		c := dataplane.Counters{Packets: per[i].Packets, Bytes: per[i].Bytes, Resets: per[i].Resets}
+		copy(c.Reasons[:], per[i].Reasons[:]) // TestEnumsMatchBTF checks the lengths agree
 		sum.Add(&c)
 	}
 	return sum, nil
@@ -574,6 +579,54 @@ func (t *Tables) Sources(slot, n int) ([]Source, error) {
 		out = out[:n]
 	}
 	return out, nil
+}
+
+// HostAddrs reads the host's addresses the program answers for
+// (xl_host_addrs).
+func (t *Tables) HostAddrs() (dataplane.HostAddrs, error) {
+	out := dataplane.HostAddrs{}
+	var k xdpXlHostKey
+	var v xdpXlHostAddr
+	it := t.hostAddrs.Iterate()
+	for it.Next(&k, &v) {
+		out[dataplane.HostKey{Kind: k.Kind, Addr: k.Addr}] = v.Ifindex
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read host addresses: %w", err)
+	}
+	return out, nil
+}
+
+// SetHostAddrs makes xl_host_addrs hold exactly want: addresses not in it
+// are removed, the others added or updated. The program reads the map
+// entry by entry, so an address kept in both is never missing meanwhile.
+func (t *Tables) SetHostAddrs(want dataplane.HostAddrs) error {
+	if len(want) > dataplane.HostAddrsMax {
+		return fmt.Errorf("set host addresses: %d, at most %d", len(want), dataplane.HostAddrsMax)
+	}
+	have, err := t.HostAddrs()
+	if err != nil {
+		return fmt.Errorf("set host addresses: %w", err)
+	}
+	for k := range have {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		kk := xdpXlHostKey{Kind: k.Kind, Addr: k.Addr}
+		if err := t.hostAddrs.Delete(&kk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove host address: %w", err)
+		}
+	}
+	for k, ifindex := range want {
+		if old, ok := have[k]; ok && old == ifindex {
+			continue
+		}
+		kk := xdpXlHostKey{Kind: k.Kind, Addr: k.Addr}
+		if err := t.hostAddrs.Update(&kk, &xdpXlHostAddr{Ifindex: ifindex}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("add host address: %w", err)
+		}
+	}
+	return nil
 }
 
 // SetClock sets the time a program loaded with FakeClock reads.

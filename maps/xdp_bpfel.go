@@ -49,7 +49,25 @@ type xdpXlCounters struct {
 	_       structs.HostLayout
 	Packets [3]uint64
 	Bytes   [3]uint64
-	Reasons [14]uint64
+	Reasons [17]uint64
+	Resets  [6]uint64
+}
+
+type xdpXlFrag struct {
+	_       structs.HostLayout
+	Rules   uint64
+	Dropped uint32
+	Pad     uint32
+}
+
+type xdpXlFragKey struct {
+	_      structs.HostLayout
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+	Id     uint32
+	Family uint8
+	Proto  uint8
+	Pad    uint16
 }
 
 type xdpXlGlobalFlag uint32
@@ -68,9 +86,31 @@ type xdpXlGlobals struct {
 	SrcFiltered uint64
 	Concurrent  uint64
 	NetnsCookie uint64
+	Reset       xdpXlBucket
 	Flags       uint32
 	Pad         uint32
 }
+
+type xdpXlHostAddr struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Pad     uint32
+}
+
+type xdpXlHostKey struct {
+	_    structs.HostLayout
+	Kind uint32
+	Addr [16]uint8
+	Pad  uint32
+}
+
+type xdpXlHostKind uint32
+
+const (
+	xdpXlHostKindXL_HOST_MAC  xdpXlHostKind = 1
+	xdpXlHostKindXL_HOST_IPV4 xdpXlHostKind = 4
+	xdpXlHostKindXL_HOST_IPV6 xdpXlHostKind = 6
+)
 
 type xdpXlLimit struct {
 	_          structs.HostLayout
@@ -123,21 +163,36 @@ const (
 type xdpXlReason uint32
 
 const (
-	xdpXlReasonXL_REASON_NO_RULE      xdpXlReason = 0
-	xdpXlReasonXL_REASON_ALLOW        xdpXlReason = 1
-	xdpXlReasonXL_REASON_ADMIT        xdpXlReason = 2
-	xdpXlReasonXL_REASON_NOT_IP       xdpXlReason = 3
-	xdpXlReasonXL_REASON_DENY         xdpXlReason = 4
-	xdpXlReasonXL_REASON_RULE         xdpXlReason = 5
-	xdpXlReasonXL_REASON_SOURCE       xdpXlReason = 6
-	xdpXlReasonXL_REASON_CONCURRENCY  xdpXlReason = 7
-	xdpXlReasonXL_REASON_BREAKER      xdpXlReason = 8
-	xdpXlReasonXL_REASON_FRAGMENT     xdpXlReason = 9
-	xdpXlReasonXL_REASON_MALFORMED_L2 xdpXlReason = 10
-	xdpXlReasonXL_REASON_MALFORMED_L3 xdpXlReason = 11
-	xdpXlReasonXL_REASON_MALFORMED_L4 xdpXlReason = 12
-	xdpXlReasonXL_REASON_EXT_LIMIT    xdpXlReason = 13
-	xdpXlReasonXL_REASON_MAX          xdpXlReason = 14
+	xdpXlReasonXL_REASON_NO_RULE         xdpXlReason = 0
+	xdpXlReasonXL_REASON_ALLOW           xdpXlReason = 1
+	xdpXlReasonXL_REASON_ADMIT           xdpXlReason = 2
+	xdpXlReasonXL_REASON_NOT_IP          xdpXlReason = 3
+	xdpXlReasonXL_REASON_DENY            xdpXlReason = 4
+	xdpXlReasonXL_REASON_RULE            xdpXlReason = 5
+	xdpXlReasonXL_REASON_SOURCE          xdpXlReason = 6
+	xdpXlReasonXL_REASON_CONCURRENCY     xdpXlReason = 7
+	xdpXlReasonXL_REASON_BREAKER         xdpXlReason = 8
+	xdpXlReasonXL_REASON_FRAGMENT        xdpXlReason = 9
+	xdpXlReasonXL_REASON_MALFORMED_L2    xdpXlReason = 10
+	xdpXlReasonXL_REASON_MALFORMED_L3    xdpXlReason = 11
+	xdpXlReasonXL_REASON_MALFORMED_L4    xdpXlReason = 12
+	xdpXlReasonXL_REASON_EXT_LIMIT       xdpXlReason = 13
+	xdpXlReasonXL_REASON_FRAGMENT_ORPHAN xdpXlReason = 14
+	xdpXlReasonXL_REASON_ND_INVALID      xdpXlReason = 15
+	xdpXlReasonXL_REASON_VLAN_DEPTH      xdpXlReason = 16
+	xdpXlReasonXL_REASON_MAX             xdpXlReason = 17
+)
+
+type xdpXlResetOutcome uint32
+
+const (
+	xdpXlResetOutcomeXL_RESET_SENT          xdpXlResetOutcome = 0
+	xdpXlResetOutcomeXL_RESET_UNSUPPORTED   xdpXlResetOutcome = 1
+	xdpXlResetOutcomeXL_RESET_NOT_UNICAST   xdpXlResetOutcome = 2
+	xdpXlResetOutcomeXL_RESET_RULE_BUDGET   xdpXlResetOutcome = 3
+	xdpXlResetOutcomeXL_RESET_NOT_LOCAL     xdpXlResetOutcome = 4
+	xdpXlResetOutcomeXL_RESET_GLOBAL_BUDGET xdpXlResetOutcome = 5
+	xdpXlResetOutcomeXL_RESET_MAX           xdpXlResetOutcome = 6
 )
 
 type xdpXlRule struct {
@@ -207,29 +262,38 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xdpMapXlBuckets       = "xl_buckets"
-	xdpMapXlCaches        = "xl_caches"
-	xdpMapXlClock         = "xl_clock"
-	xdpMapXlConfig        = "xl_config"
-	xdpMapXlConns         = "xl_conns"
-	xdpMapXlGen           = "xl_gen"
-	xdpMapXlLimits        = "xl_limits"
-	xdpMapXlPorts         = "xl_ports"
-	xdpMapXlPrefix4       = "xl_prefix4"
-	xdpMapXlPrefix6       = "xl_prefix6"
-	xdpMapXlRules         = "xl_rules"
-	xdpMapXlSkConns       = "xl_sk_conns"
-	xdpMapXlSources       = "xl_sources"
-	xdpMapXlStats         = "xl_stats"
-	xdpProgXlimitSockops  = "xlimit_sockops"
-	xdpProgXlimitXdp      = "xlimit_xdp"
-	xdpVarXlBtfGlobalFlag = "xl_btf_global_flag"
-	xdpVarXlBtfPrefixFlag = "xl_btf_prefix_flag"
-	xdpVarXlBtfProto      = "xl_btf_proto"
-	xdpVarXlBtfReason     = "xl_btf_reason"
-	xdpVarXlBtfRuleFlag   = "xl_btf_rule_flag"
-	xdpVarXlBtfVerdict    = "xl_btf_verdict"
-	xdpVarXlCfgFakeClock  = "xl_cfg_fake_clock"
+	xdpMapXlBuckets         = "xl_buckets"
+	xdpMapXlCaches          = "xl_caches"
+	xdpMapXlClock           = "xl_clock"
+	xdpMapXlConfig          = "xl_config"
+	xdpMapXlConns           = "xl_conns"
+	xdpMapXlFrags           = "xl_frags"
+	xdpMapXlGen             = "xl_gen"
+	xdpMapXlHostAddrs       = "xl_host_addrs"
+	xdpMapXlLimits          = "xl_limits"
+	xdpMapXlPorts           = "xl_ports"
+	xdpMapXlPrefix4         = "xl_prefix4"
+	xdpMapXlPrefix6         = "xl_prefix6"
+	xdpMapXlResetBudget     = "xl_reset_budget"
+	xdpMapXlRules           = "xl_rules"
+	xdpMapXlSkConns         = "xl_sk_conns"
+	xdpMapXlSources         = "xl_sources"
+	xdpMapXlStats           = "xl_stats"
+	xdpProgXlimitSockops    = "xlimit_sockops"
+	xdpProgXlimitXdp        = "xlimit_xdp"
+	xdpVarXlBtfFrag         = "xl_btf_frag"
+	xdpVarXlBtfFragKey      = "xl_btf_frag_key"
+	xdpVarXlBtfGlobalFlag   = "xl_btf_global_flag"
+	xdpVarXlBtfHostAddr     = "xl_btf_host_addr"
+	xdpVarXlBtfHostKey      = "xl_btf_host_key"
+	xdpVarXlBtfHostKind     = "xl_btf_host_kind"
+	xdpVarXlBtfPrefixFlag   = "xl_btf_prefix_flag"
+	xdpVarXlBtfProto        = "xl_btf_proto"
+	xdpVarXlBtfReason       = "xl_btf_reason"
+	xdpVarXlBtfResetOutcome = "xl_btf_reset_outcome"
+	xdpVarXlBtfRuleFlag     = "xl_btf_rule_flag"
+	xdpVarXlBtfVerdict      = "xl_btf_verdict"
+	xdpVarXlCfgFakeClock    = "xl_cfg_fake_clock"
 )
 
 // loadXdp returns the embedded CollectionSpec for xdp.
@@ -282,33 +346,42 @@ type xdpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpMapSpecs struct {
-	XlBuckets *ebpf.MapSpec `ebpf:"xl_buckets"`
-	XlCaches  *ebpf.MapSpec `ebpf:"xl_caches"`
-	XlClock   *ebpf.MapSpec `ebpf:"xl_clock"`
-	XlConfig  *ebpf.MapSpec `ebpf:"xl_config"`
-	XlConns   *ebpf.MapSpec `ebpf:"xl_conns"`
-	XlGen     *ebpf.MapSpec `ebpf:"xl_gen"`
-	XlLimits  *ebpf.MapSpec `ebpf:"xl_limits"`
-	XlPorts   *ebpf.MapSpec `ebpf:"xl_ports"`
-	XlPrefix4 *ebpf.MapSpec `ebpf:"xl_prefix4"`
-	XlPrefix6 *ebpf.MapSpec `ebpf:"xl_prefix6"`
-	XlRules   *ebpf.MapSpec `ebpf:"xl_rules"`
-	XlSkConns *ebpf.MapSpec `ebpf:"xl_sk_conns"`
-	XlSources *ebpf.MapSpec `ebpf:"xl_sources"`
-	XlStats   *ebpf.MapSpec `ebpf:"xl_stats"`
+	XlBuckets     *ebpf.MapSpec `ebpf:"xl_buckets"`
+	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
+	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
+	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
+	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
+	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
+	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
+	XlLimits      *ebpf.MapSpec `ebpf:"xl_limits"`
+	XlPorts       *ebpf.MapSpec `ebpf:"xl_ports"`
+	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
+	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
+	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
+	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
+	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
+	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
+	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
 // xdpVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpVariableSpecs struct {
-	XlBtfGlobalFlag *ebpf.VariableSpec `ebpf:"xl_btf_global_flag"`
-	XlBtfPrefixFlag *ebpf.VariableSpec `ebpf:"xl_btf_prefix_flag"`
-	XlBtfProto      *ebpf.VariableSpec `ebpf:"xl_btf_proto"`
-	XlBtfReason     *ebpf.VariableSpec `ebpf:"xl_btf_reason"`
-	XlBtfRuleFlag   *ebpf.VariableSpec `ebpf:"xl_btf_rule_flag"`
-	XlBtfVerdict    *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
-	XlCfgFakeClock  *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlBtfFrag         *ebpf.VariableSpec `ebpf:"xl_btf_frag"`
+	XlBtfFragKey      *ebpf.VariableSpec `ebpf:"xl_btf_frag_key"`
+	XlBtfGlobalFlag   *ebpf.VariableSpec `ebpf:"xl_btf_global_flag"`
+	XlBtfHostAddr     *ebpf.VariableSpec `ebpf:"xl_btf_host_addr"`
+	XlBtfHostKey      *ebpf.VariableSpec `ebpf:"xl_btf_host_key"`
+	XlBtfHostKind     *ebpf.VariableSpec `ebpf:"xl_btf_host_kind"`
+	XlBtfPrefixFlag   *ebpf.VariableSpec `ebpf:"xl_btf_prefix_flag"`
+	XlBtfProto        *ebpf.VariableSpec `ebpf:"xl_btf_proto"`
+	XlBtfReason       *ebpf.VariableSpec `ebpf:"xl_btf_reason"`
+	XlBtfResetOutcome *ebpf.VariableSpec `ebpf:"xl_btf_reset_outcome"`
+	XlBtfRuleFlag     *ebpf.VariableSpec `ebpf:"xl_btf_rule_flag"`
+	XlBtfVerdict      *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
+	XlCfgFakeClock    *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
 }
 
 // xdpObjects contains all objects after they have been loaded into the kernel.
@@ -331,20 +404,23 @@ func (o *xdpObjects) Close() error {
 //
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpMaps struct {
-	XlBuckets *ebpf.Map `ebpf:"xl_buckets"`
-	XlCaches  *ebpf.Map `ebpf:"xl_caches"`
-	XlClock   *ebpf.Map `ebpf:"xl_clock"`
-	XlConfig  *ebpf.Map `ebpf:"xl_config"`
-	XlConns   *ebpf.Map `ebpf:"xl_conns"`
-	XlGen     *ebpf.Map `ebpf:"xl_gen"`
-	XlLimits  *ebpf.Map `ebpf:"xl_limits"`
-	XlPorts   *ebpf.Map `ebpf:"xl_ports"`
-	XlPrefix4 *ebpf.Map `ebpf:"xl_prefix4"`
-	XlPrefix6 *ebpf.Map `ebpf:"xl_prefix6"`
-	XlRules   *ebpf.Map `ebpf:"xl_rules"`
-	XlSkConns *ebpf.Map `ebpf:"xl_sk_conns"`
-	XlSources *ebpf.Map `ebpf:"xl_sources"`
-	XlStats   *ebpf.Map `ebpf:"xl_stats"`
+	XlBuckets     *ebpf.Map `ebpf:"xl_buckets"`
+	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
+	XlClock       *ebpf.Map `ebpf:"xl_clock"`
+	XlConfig      *ebpf.Map `ebpf:"xl_config"`
+	XlConns       *ebpf.Map `ebpf:"xl_conns"`
+	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
+	XlGen         *ebpf.Map `ebpf:"xl_gen"`
+	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
+	XlLimits      *ebpf.Map `ebpf:"xl_limits"`
+	XlPorts       *ebpf.Map `ebpf:"xl_ports"`
+	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
+	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
+	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
+	XlRules       *ebpf.Map `ebpf:"xl_rules"`
+	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
+	XlSources     *ebpf.Map `ebpf:"xl_sources"`
+	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
 func (m *xdpMaps) Close() error {
@@ -354,11 +430,14 @@ func (m *xdpMaps) Close() error {
 		m.XlClock,
 		m.XlConfig,
 		m.XlConns,
+		m.XlFrags,
 		m.XlGen,
+		m.XlHostAddrs,
 		m.XlLimits,
 		m.XlPorts,
 		m.XlPrefix4,
 		m.XlPrefix6,
+		m.XlResetBudget,
 		m.XlRules,
 		m.XlSkConns,
 		m.XlSources,
@@ -370,13 +449,19 @@ func (m *xdpMaps) Close() error {
 //
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpVariables struct {
-	XlBtfGlobalFlag *ebpf.Variable `ebpf:"xl_btf_global_flag"`
-	XlBtfPrefixFlag *ebpf.Variable `ebpf:"xl_btf_prefix_flag"`
-	XlBtfProto      *ebpf.Variable `ebpf:"xl_btf_proto"`
-	XlBtfReason     *ebpf.Variable `ebpf:"xl_btf_reason"`
-	XlBtfRuleFlag   *ebpf.Variable `ebpf:"xl_btf_rule_flag"`
-	XlBtfVerdict    *ebpf.Variable `ebpf:"xl_btf_verdict"`
-	XlCfgFakeClock  *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlBtfFrag         *ebpf.Variable `ebpf:"xl_btf_frag"`
+	XlBtfFragKey      *ebpf.Variable `ebpf:"xl_btf_frag_key"`
+	XlBtfGlobalFlag   *ebpf.Variable `ebpf:"xl_btf_global_flag"`
+	XlBtfHostAddr     *ebpf.Variable `ebpf:"xl_btf_host_addr"`
+	XlBtfHostKey      *ebpf.Variable `ebpf:"xl_btf_host_key"`
+	XlBtfHostKind     *ebpf.Variable `ebpf:"xl_btf_host_kind"`
+	XlBtfPrefixFlag   *ebpf.Variable `ebpf:"xl_btf_prefix_flag"`
+	XlBtfProto        *ebpf.Variable `ebpf:"xl_btf_proto"`
+	XlBtfReason       *ebpf.Variable `ebpf:"xl_btf_reason"`
+	XlBtfResetOutcome *ebpf.Variable `ebpf:"xl_btf_reset_outcome"`
+	XlBtfRuleFlag     *ebpf.Variable `ebpf:"xl_btf_rule_flag"`
+	XlBtfVerdict      *ebpf.Variable `ebpf:"xl_btf_verdict"`
+	XlCfgFakeClock    *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
 }
 
 // xdpPrograms contains all programs after they have been loaded into the kernel.

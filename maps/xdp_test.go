@@ -305,42 +305,55 @@ func TestNewBucketStartsFullAtAnyUptime(t *testing.T) {
 func TestEnumsMatchBTF(t *testing.T) {
 	// What bpf2go generated, by enumerator name.
 	generated := map[string]uint64{
-		"XL_PROTO_TCP":           uint64(xdpXlProtoXL_PROTO_TCP),
-		"XL_PROTO_UDP":           uint64(xdpXlProtoXL_PROTO_UDP),
-		"XL_PROTO_ICMP":          uint64(xdpXlProtoXL_PROTO_ICMP),
-		"XL_PROTO_OTHER":         uint64(xdpXlProtoXL_PROTO_OTHER),
-		"XL_PROTO_MAX":           uint64(xdpXlProtoXL_PROTO_MAX),
-		"XL_VERDICT_PASS":        uint64(xdpXlVerdictXL_VERDICT_PASS),
-		"XL_VERDICT_DROP":        uint64(xdpXlVerdictXL_VERDICT_DROP),
-		"XL_VERDICT_WOULD_DROP":  uint64(xdpXlVerdictXL_VERDICT_WOULD_DROP),
-		"XL_VERDICT_MAX":         uint64(xdpXlVerdictXL_VERDICT_MAX),
-		"XL_REASON_NO_RULE":      uint64(xdpXlReasonXL_REASON_NO_RULE),
-		"XL_REASON_ALLOW":        uint64(xdpXlReasonXL_REASON_ALLOW),
-		"XL_REASON_ADMIT":        uint64(xdpXlReasonXL_REASON_ADMIT),
-		"XL_REASON_NOT_IP":       uint64(xdpXlReasonXL_REASON_NOT_IP),
-		"XL_REASON_DENY":         uint64(xdpXlReasonXL_REASON_DENY),
-		"XL_REASON_RULE":         uint64(xdpXlReasonXL_REASON_RULE),
-		"XL_REASON_SOURCE":       uint64(xdpXlReasonXL_REASON_SOURCE),
-		"XL_REASON_CONCURRENCY":  uint64(xdpXlReasonXL_REASON_CONCURRENCY),
-		"XL_REASON_BREAKER":      uint64(xdpXlReasonXL_REASON_BREAKER),
-		"XL_REASON_FRAGMENT":     uint64(xdpXlReasonXL_REASON_FRAGMENT),
-		"XL_REASON_MALFORMED_L2": uint64(xdpXlReasonXL_REASON_MALFORMED_L2),
-		"XL_REASON_MALFORMED_L3": uint64(xdpXlReasonXL_REASON_MALFORMED_L3),
-		"XL_REASON_MALFORMED_L4": uint64(xdpXlReasonXL_REASON_MALFORMED_L4),
-		"XL_REASON_EXT_LIMIT":    uint64(xdpXlReasonXL_REASON_EXT_LIMIT),
-		"XL_REASON_MAX":          uint64(xdpXlReasonXL_REASON_MAX),
-		"XL_RULE_ACTIVE":         uint64(xdpXlRuleFlagXL_RULE_ACTIVE),
-		"XL_RULE_SHADOW":         uint64(xdpXlRuleFlagXL_RULE_SHADOW),
-		"XL_RULE_BYTES":          uint64(xdpXlRuleFlagXL_RULE_BYTES),
-		"XL_RULE_FRAG_DROP":      uint64(xdpXlRuleFlagXL_RULE_FRAG_DROP),
-		"XL_RULE_PER_SOURCE":     uint64(xdpXlRuleFlagXL_RULE_PER_SOURCE),
-		"XL_RULE_BAN":            uint64(xdpXlRuleFlagXL_RULE_BAN),
-		"XL_RULE_CONCURRENCY":    uint64(xdpXlRuleFlagXL_RULE_CONCURRENCY),
-		"XL_G_MALFORMED_PASS":    uint64(xdpXlGlobalFlagXL_G_MALFORMED_PASS),
-		"XL_G_PREFIXES_V4":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V4),
-		"XL_G_PREFIXES_V6":       uint64(xdpXlGlobalFlagXL_G_PREFIXES_V6),
-		"XL_PREFIX_ALLOW":        uint64(xdpXlPrefixFlagXL_PREFIX_ALLOW),
-		"XL_PREFIX_DENY":         uint64(xdpXlPrefixFlagXL_PREFIX_DENY),
+		"XL_PROTO_TCP":              uint64(xdpXlProtoXL_PROTO_TCP),
+		"XL_PROTO_UDP":              uint64(xdpXlProtoXL_PROTO_UDP),
+		"XL_PROTO_ICMP":             uint64(xdpXlProtoXL_PROTO_ICMP),
+		"XL_PROTO_OTHER":            uint64(xdpXlProtoXL_PROTO_OTHER),
+		"XL_PROTO_MAX":              uint64(xdpXlProtoXL_PROTO_MAX),
+		"XL_VERDICT_PASS":           uint64(xdpXlVerdictXL_VERDICT_PASS),
+		"XL_VERDICT_DROP":           uint64(xdpXlVerdictXL_VERDICT_DROP),
+		"XL_VERDICT_WOULD_DROP":     uint64(xdpXlVerdictXL_VERDICT_WOULD_DROP),
+		"XL_VERDICT_MAX":            uint64(xdpXlVerdictXL_VERDICT_MAX),
+		"XL_REASON_NO_RULE":         uint64(xdpXlReasonXL_REASON_NO_RULE),
+		"XL_REASON_ALLOW":           uint64(xdpXlReasonXL_REASON_ALLOW),
+		"XL_REASON_ADMIT":           uint64(xdpXlReasonXL_REASON_ADMIT),
+		"XL_REASON_NOT_IP":          uint64(xdpXlReasonXL_REASON_NOT_IP),
+		"XL_REASON_DENY":            uint64(xdpXlReasonXL_REASON_DENY),
+		"XL_REASON_RULE":            uint64(xdpXlReasonXL_REASON_RULE),
+		"XL_REASON_SOURCE":          uint64(xdpXlReasonXL_REASON_SOURCE),
+		"XL_REASON_CONCURRENCY":     uint64(xdpXlReasonXL_REASON_CONCURRENCY),
+		"XL_REASON_BREAKER":         uint64(xdpXlReasonXL_REASON_BREAKER),
+		"XL_REASON_FRAGMENT":        uint64(xdpXlReasonXL_REASON_FRAGMENT),
+		"XL_REASON_MALFORMED_L2":    uint64(xdpXlReasonXL_REASON_MALFORMED_L2),
+		"XL_REASON_MALFORMED_L3":    uint64(xdpXlReasonXL_REASON_MALFORMED_L3),
+		"XL_REASON_MALFORMED_L4":    uint64(xdpXlReasonXL_REASON_MALFORMED_L4),
+		"XL_REASON_EXT_LIMIT":       uint64(xdpXlReasonXL_REASON_EXT_LIMIT),
+		"XL_REASON_FRAGMENT_ORPHAN": uint64(xdpXlReasonXL_REASON_FRAGMENT_ORPHAN),
+		"XL_REASON_ND_INVALID":      uint64(xdpXlReasonXL_REASON_ND_INVALID),
+		"XL_REASON_VLAN_DEPTH":      uint64(xdpXlReasonXL_REASON_VLAN_DEPTH),
+		"XL_RESET_SENT":             uint64(xdpXlResetOutcomeXL_RESET_SENT),
+		"XL_RESET_UNSUPPORTED":      uint64(xdpXlResetOutcomeXL_RESET_UNSUPPORTED),
+		"XL_RESET_NOT_UNICAST":      uint64(xdpXlResetOutcomeXL_RESET_NOT_UNICAST),
+		"XL_RESET_RULE_BUDGET":      uint64(xdpXlResetOutcomeXL_RESET_RULE_BUDGET),
+		"XL_RESET_NOT_LOCAL":        uint64(xdpXlResetOutcomeXL_RESET_NOT_LOCAL),
+		"XL_RESET_GLOBAL_BUDGET":    uint64(xdpXlResetOutcomeXL_RESET_GLOBAL_BUDGET),
+		"XL_RESET_MAX":              uint64(xdpXlResetOutcomeXL_RESET_MAX),
+		"XL_HOST_MAC":               uint64(xdpXlHostKindXL_HOST_MAC),
+		"XL_HOST_IPV4":              uint64(xdpXlHostKindXL_HOST_IPV4),
+		"XL_HOST_IPV6":              uint64(xdpXlHostKindXL_HOST_IPV6),
+		"XL_REASON_MAX":             uint64(xdpXlReasonXL_REASON_MAX),
+		"XL_RULE_ACTIVE":            uint64(xdpXlRuleFlagXL_RULE_ACTIVE),
+		"XL_RULE_SHADOW":            uint64(xdpXlRuleFlagXL_RULE_SHADOW),
+		"XL_RULE_BYTES":             uint64(xdpXlRuleFlagXL_RULE_BYTES),
+		"XL_RULE_FRAG_DROP":         uint64(xdpXlRuleFlagXL_RULE_FRAG_DROP),
+		"XL_RULE_PER_SOURCE":        uint64(xdpXlRuleFlagXL_RULE_PER_SOURCE),
+		"XL_RULE_BAN":               uint64(xdpXlRuleFlagXL_RULE_BAN),
+		"XL_RULE_CONCURRENCY":       uint64(xdpXlRuleFlagXL_RULE_CONCURRENCY),
+		"XL_G_MALFORMED_PASS":       uint64(xdpXlGlobalFlagXL_G_MALFORMED_PASS),
+		"XL_G_PREFIXES_V4":          uint64(xdpXlGlobalFlagXL_G_PREFIXES_V4),
+		"XL_G_PREFIXES_V6":          uint64(xdpXlGlobalFlagXL_G_PREFIXES_V6),
+		"XL_PREFIX_ALLOW":           uint64(xdpXlPrefixFlagXL_PREFIX_ALLOW),
+		"XL_PREFIX_DENY":            uint64(xdpXlPrefixFlagXL_PREFIX_DENY),
 	}
 	want := map[string]uint64{}
 	for _, p := range enumPairs() {
@@ -368,16 +381,21 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"xl_counters.packets", len(ctr.Packets), int(dataplane.VerdictMax)},
 		{"xl_counters.bytes", len(ctr.Bytes), int(dataplane.VerdictMax)},
 		{"xl_counters.reasons", len(ctr.Reasons), int(dataplane.ReasonMax)},
+		{"xl_counters.resets", len(ctr.Resets), int(dataplane.ResetMax)},
+		{"sizeof xl_frag_key", binary.Size(xdpXlFragKey{}), 40},
+		{"sizeof xl_frag", binary.Size(xdpXlFrag{}), 16},
+		{"sizeof xl_host_key", binary.Size(xdpXlHostKey{}), 24},
+		{"sizeof xl_host_addr", binary.Size(xdpXlHostAddr{}), 8},
 		{"xl_lpm6_key.addr", len(k6.Addr), 16},
 		{"sizeof xl_bucket", binary.Size(xdpXlBucket{}), 16},
 		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 2*16 + 2*8 + 8 + 8},
 		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 40},
-		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+4) + 8},
+		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+4) + 16 + 8},
 		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
 		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 32},
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
 		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
-		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax))},
+		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax) + int(dataplane.ResetMax))},
 	} {
 		if s.got != s.want {
 			t.Errorf("%s: %d, want %d", s.name, s.got, s.want)
@@ -404,6 +422,9 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlStats, dataplane.CounterSlots, binary.Size(ctr), 0},
 		{xdpMapXlCaches, dataplane.MaxRules, binary.Size(xdpXlCache{}), 0},
 		{xdpMapXlConns, dataplane.MaxRules, binary.Size(xdpXlConns{}), 0},
+		{xdpMapXlFrags, dataplane.FragEntries, binary.Size(xdpXlFrag{}), 0},
+		{xdpMapXlHostAddrs, dataplane.HostAddrsMax, binary.Size(xdpXlHostAddr{}), 0},
+		{xdpMapXlResetBudget, 1, 0, 8},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {
@@ -422,12 +443,13 @@ func TestEnumsMatchBTF(t *testing.T) {
 	// Every enumerator in the BTF is known to dataplane with the same
 	// value, and the names dataplane prints are the enumerators' names.
 	names := map[string]func(v uint64) string{
-		"xl_proto":   func(v uint64) string { return dataplane.Proto(v).String() },
-		"xl_verdict": func(v uint64) string { return dataplane.Verdict(v).String() },
-		"xl_reason":  func(v uint64) string { return dataplane.Reason(v).String() },
+		"xl_proto":         func(v uint64) string { return dataplane.Proto(v).String() },
+		"xl_verdict":       func(v uint64) string { return dataplane.Verdict(v).String() },
+		"xl_reason":        func(v uint64) string { return dataplane.Reason(v).String() },
+		"xl_reset_outcome": func(v uint64) string { return dataplane.ResetOutcome(v).String() },
 	}
 	seen := map[string]bool{}
-	for _, enumName := range []string{"xl_proto", "xl_verdict", "xl_reason", "xl_rule_flag", "xl_global_flag", "xl_prefix_flag"} {
+	for _, enumName := range []string{"xl_proto", "xl_verdict", "xl_reason", "xl_rule_flag", "xl_global_flag", "xl_prefix_flag", "xl_reset_outcome", "xl_host_kind"} {
 		var e *btf.Enum
 		if err := spec.Types.TypeByName(enumName, &e); err != nil {
 			t.Errorf("enum %s: %v", enumName, err)
@@ -437,6 +459,9 @@ func TestEnumsMatchBTF(t *testing.T) {
 			t.Errorf("enum %s: %d bytes, want 4", enumName, e.Size)
 		}
 		prefix := strings.ToUpper(enumName) + "_" // XL_REASON_ for xl_reason
+		if enumName == "xl_reset_outcome" {
+			prefix = "XL_RESET_"
+		}
 		for _, v := range e.Values {
 			if w, ok := want[v.Name]; !ok || w != v.Value {
 				t.Errorf("%s: %s = %d in BTF; dataplane has %d (present %v)", enumName, v.Name, v.Value, w, ok)
@@ -478,6 +503,15 @@ func enumPairs() []enumPair {
 		{"XL_REASON_MALFORMED_L3", uint64(dataplane.ReasonMalformedL3)},
 		{"XL_REASON_MALFORMED_L4", uint64(dataplane.ReasonMalformedL4)},
 		{"XL_REASON_EXT_LIMIT", uint64(dataplane.ReasonExtLimit)}, {"XL_REASON_MAX", uint64(dataplane.ReasonMax)},
+		{"XL_REASON_FRAGMENT_ORPHAN", uint64(dataplane.ReasonFragOrphan)},
+		{"XL_REASON_ND_INVALID", uint64(dataplane.ReasonNDInvalid)},
+		{"XL_REASON_VLAN_DEPTH", uint64(dataplane.ReasonVLANDepth)},
+		{"XL_RESET_SENT", uint64(dataplane.ResetSent)}, {"XL_RESET_UNSUPPORTED", uint64(dataplane.ResetUnsupported)},
+		{"XL_RESET_NOT_UNICAST", uint64(dataplane.ResetNotUnicast)}, {"XL_RESET_RULE_BUDGET", uint64(dataplane.ResetRuleBudget)},
+		{"XL_RESET_NOT_LOCAL", uint64(dataplane.ResetNotLocal)}, {"XL_RESET_GLOBAL_BUDGET", uint64(dataplane.ResetGlobalBudget)},
+		{"XL_RESET_MAX", uint64(dataplane.ResetMax)},
+		{"XL_HOST_MAC", uint64(dataplane.HostMAC)}, {"XL_HOST_IPV4", uint64(dataplane.HostIPv4)},
+		{"XL_HOST_IPV6", uint64(dataplane.HostIPv6)},
 		{"XL_RULE_ACTIVE", uint64(dataplane.RuleActive)}, {"XL_RULE_SHADOW", uint64(dataplane.RuleShadow)},
 		{"XL_RULE_BYTES", uint64(dataplane.RuleBytes)}, {"XL_RULE_FRAG_DROP", uint64(dataplane.RuleFragDrop)},
 		{"XL_RULE_PER_SOURCE", uint64(dataplane.RulePerSource)}, {"XL_RULE_BAN", uint64(dataplane.RuleBan)},

@@ -175,9 +175,14 @@ const (
 type FragmentPolicy string
 
 const (
-	FragmentsIgnore FragmentPolicy = "ignore" // the rule does not match them
-	FragmentsLimit  FragmentPolicy = "limit"  // they count against the rule's buckets
-	FragmentsDrop   FragmentPolicy = "drop"   // they are dropped
+	// The rule does not match later fragments: they pass it unlimited (a
+	// bypass, for a service that must never lose a datagram to an orphan).
+	FragmentsIgnore FragmentPolicy = "ignore"
+	// The default: later fragments take the rule of their datagram's
+	// first fragment and count against its buckets.
+	FragmentsLimit FragmentPolicy = "limit"
+	// Fragmented datagrams to the rule's ports are dropped, every fragment.
+	FragmentsDrop FragmentPolicy = "drop"
 )
 
 // Config is a decoded and validated rules file.

@@ -89,7 +89,7 @@ func TestDesignExample(t *testing.T) {
 		Concurrency: &Concurrency{Soft: 400, Max: 500},
 		CircuitBreaker: &CircuitBreaker{SlowLatency: 200 * time.Millisecond, SlowRatio: 0.5, ErrorRatio: 0.5,
 			MinRequests: 5, Window: time.Second, RetryTimeout: 10 * time.Second, HalfOpenProbes: 1},
-		Fragments: FragmentsIgnore,
+		Fragments: FragmentsLimit,
 		Line:      5,
 	}
 	if !reflect.DeepEqual(r, want) {
@@ -201,7 +201,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("config defaults: %+v", c)
 	}
 	want := Rule{Name: "ssh", Protocol: ProtoTCP, Ports: []dataplane.PortRange{{Lo: 22, Hi: 22}}, Unit: UnitPackets, Rate: 20,
-		Behavior: BehaviorReject, Fragments: FragmentsIgnore, Line: 2}
+		Behavior: BehaviorReject, Fragments: FragmentsLimit, Line: 2}
 	if !reflect.DeepEqual(c.Rules[0], want) {
 		t.Errorf("rule defaults:\n got %+v\nwant %+v", c.Rules[0], want)
 	}

@@ -90,7 +90,7 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 		}
 		return nil, loc{}
 	}
-	r := &Rule{Line: raw.Line, Unit: UnitPackets, Behavior: BehaviorReject, Fragments: FragmentsIgnore}
+	r := &Rule{Line: raw.Line, Unit: UnitPackets, Behavior: BehaviorReject, Fragments: FragmentsLimit}
 	p.required(m, "name", "protocol", "rate")
 
 	name, nameAt, ok := p.str(m, "name")

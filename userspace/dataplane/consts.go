@@ -19,6 +19,11 @@ const (
 	IPv6ExtMax   = 6
 	NameLen      = 32
 	VLANMax      = 2
+	// FragEntries is how many fragmented datagrams the kernel follows at
+	// once (xl_frags, an LRU).
+	FragEntries = 8192
+	// HostAddrsMax is how many host addresses xl_host_addrs holds.
+	HostAddrsMax = 4096
 	// BatchNS is how much time's worth of its rate a CPU's token cache
 	// borrows from a rule's shared bucket at once (bucket.h).
 	BatchNS = 50000
@@ -81,13 +86,16 @@ const (
 	ReasonMalformedL3
 	ReasonMalformedL4
 	ReasonExtLimit
+	ReasonFragOrphan
+	ReasonNDInvalid
+	ReasonVLANDepth
 	ReasonMax
 )
 
 var reasonNames = [...]string{
 	"no_rule", "allow", "admit", "not_ip", "deny", "rule", "source",
 	"concurrency", "breaker", "fragment", "malformed_l2", "malformed_l3",
-	"malformed_l4", "ext_limit",
+	"malformed_l4", "ext_limit", "fragment_orphan", "nd_invalid", "vlan_depth",
 }
 
 func (r Reason) String() string {
@@ -106,6 +114,37 @@ func (r Reason) IsDrop() bool {
 	}
 	return true
 }
+
+// ResetOutcome is what became of a refused SYN's reset (enum
+// xl_reset_outcome): sent, or why not. reset.h checks in this order and
+// counts the first that fails.
+type ResetOutcome uint8
+
+const (
+	ResetSent ResetOutcome = iota
+	ResetUnsupported
+	ResetNotUnicast
+	ResetRuleBudget
+	ResetNotLocal
+	ResetGlobalBudget
+	ResetMax
+)
+
+var resetNames = [...]string{"sent", "unsupported", "not_unicast", "rule_budget", "not_local", "global_budget"}
+
+func (o ResetOutcome) String() string {
+	if int(o) < len(resetNames) {
+		return resetNames[o]
+	}
+	return "invalid"
+}
+
+// Host address kinds (enum xl_host_kind).
+const (
+	HostMAC  uint32 = 1
+	HostIPv4 uint32 = 4
+	HostIPv6 uint32 = 6
+)
 
 // RuleDropReasons are the reasons for which a rule drops a packet (the
 // other drop reasons are decided before any rule: deny, malformed).

@@ -63,30 +63,59 @@ func layoutOf(s frame.Spec) frameLayout {
 // from the spec.
 func wantParse(s frame.Spec, frameLen int) (Packet, ParseResult) {
 	want := Packet{Len: frameLen}
-	if len(s.VLANs) > VLANMax || !s.Src.IsValid() ||
+	if len(s.VLANs) > VLANMax {
+		return want, ParseVLANDepth
+	}
+	if !s.Src.IsValid() ||
 		s.EtherType != 0 && s.EtherType != frame.EtherTypeIPv4 && s.EtherType != frame.EtherTypeIPv6 {
 		return want, ParseNotIP
 	}
+	dst := s.Dst
 	want.Src = s.Src
 	want.Family = 4
 	want.L4 = s.Proto
-	want.Fragment = s.Src.Is4() && s.FragOffset != 0
+	if s.Src.Is4() {
+		if !dst.IsValid() {
+			dst = netip.MustParseAddr("192.0.2.1")
+		}
+		if s.FragOffset != 0 || s.MoreFragments {
+			id := s.IPv4ID
+			if id == 0 && !s.Literal {
+				id = 0x1234
+			}
+			want.Fragment, want.FirstFrag = s.FragOffset != 0, s.FragOffset == 0
+			want.Dst, want.FragID = dst, uint32(id>>8|id<<8) // the ID's bytes as the kernel reads them
+		}
+	}
 	if s.Src.Is6() {
+		if !dst.IsValid() {
+			dst = netip.MustParseAddr("2001:db8::1")
+		}
 		want.Family = 6
+		want.HopLimit = s.TTL
+		if want.HopLimit == 0 {
+			want.HopLimit = 64
+		}
 		// Walk the chain as the parser must: at most IPv6ExtMax headers,
 		// stopping early at a non-first fragment header.
 		i := 0
 		for ; i < len(s.IPv6Ext) && i < IPv6ExtMax; i++ {
-			if s.IPv6Ext[i] == frame.ExtFragment && s.FragOffset != 0 {
+			if s.IPv6Ext[i] != frame.ExtFragment || (s.FragOffset == 0 && !s.MoreFragments) {
+				continue
+			}
+			want.Dst, want.FragID = dst, 0x78560000 // 0x5678 as the kernel reads it
+			if s.FragOffset != 0 {
 				want.Fragment = true
 				if i+1 < len(s.IPv6Ext) {
 					want.L4 = s.IPv6Ext[i+1]
 				}
 				break
 			}
+			want.FirstFrag = true
 		}
 		if !want.Fragment && i < len(s.IPv6Ext) {
-			return Packet{Len: frameLen, Family: 6, Src: s.Src}, ParseExtLimit
+			return Packet{Len: frameLen, Family: 6, Src: s.Src, HopLimit: want.HopLimit,
+				FirstFrag: want.FirstFrag, Dst: want.Dst, FragID: want.FragID}, ParseExtLimit
 		}
 	}
 	want.Proto = protoClass(int(want.L4))
@@ -98,7 +127,20 @@ func wantParse(s frame.Spec, frameLen int) (Packet, ParseResult) {
 		case frame.ProtoUDP:
 			want.HasPort, want.DstPort = true, s.DstPort
 		case frame.ProtoICMPv6:
-			want.Exempt = s.ICMPType >= 133 && s.ICMPType <= 137
+			if !s.Src.Is6() || s.ICMPType < 133 || s.ICMPType > 137 {
+				break
+			}
+			// RFC 4861's cheap checks: hop limit 255, the fixed part
+			// present (8 bytes of ICMPv6 header and the payload here),
+			// a link-local source for RA and redirect; not a fragment.
+			minLen := map[uint8]int{133: 8, 134: 16, 135: 24, 136: 24, 137: 40}[s.ICMPType]
+			a := s.Src.As16()
+			linkLocal := a[0] == 0xfe && a[1]&0xc0 == 0x80
+			if want.HopLimit != 255 || want.FirstFrag || 8+s.PayloadLen < minLen ||
+				(s.ICMPType == 134 || s.ICMPType == 137) && !linkLocal {
+				return want, ParseNDInvalid
+			}
+			want.Exempt = true
 		}
 	}
 	return want, ParseOK

@@ -12,7 +12,12 @@ type Model struct {
 	buckets  [MaxRules]bucketState
 	caches   [MaxRules]Cache
 	sources  map[SourceKey]*SourceState
+	frags    map[FragKey]*fragState
+	resetTAT uint64 // the reset bucket of all rules (xl_reset_budget)
 	Counters [CounterSlots]Counters
+	// Host holds the host's own addresses (xl_host_addrs): a refused SYN
+	// is answered with a reset only when addressed to them.
+	Host HostAddrs
 	// Conns are the connections in flight per slot (struct xl_conns),
 	// which the kernel's sock_ops program counts; tests set them.
 	Conns [MaxRules]Conns
@@ -94,6 +99,12 @@ type Gate struct {
 	Round  uint32
 }
 
+// fragState is what a datagram's first fragment decided (struct xl_frag).
+type fragState struct {
+	rules   uint64
+	dropped int // slot + 1 of the rule that dropped a fragment, or 0
+}
+
 type bucketState struct {
 	tat      uint64
 	epoch    uint32
@@ -106,6 +117,8 @@ type Counters struct {
 	Packets [VerdictMax]uint64
 	Bytes   [VerdictMax]uint64
 	Reasons [ReasonMax]uint64
+	// Resets counts a rule's refused SYNs by what became of their reset.
+	Resets [ResetMax]uint64
 }
 
 // Add adds o to c.
@@ -117,6 +130,9 @@ func (c *Counters) Add(o *Counters) {
 	for i := range c.Reasons {
 		c.Reasons[i] += o.Reasons[i]
 	}
+	for i := range c.Resets {
+		c.Resets[i] += o.Resets[i]
+	}
 }
 
 // Sub returns c - o, the counts between two reads.
@@ -127,6 +143,9 @@ func (c Counters) Sub(o Counters) Counters {
 	}
 	for i := range c.Reasons {
 		c.Reasons[i] -= o.Reasons[i]
+	}
+	for i := range c.Resets {
+		c.Resets[i] -= o.Resets[i]
 	}
 	return c
 }
@@ -171,6 +190,8 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		return malformed(ReasonNotIP)
 	case ParseMalformedL2:
 		return malformed(ReasonMalformedL2)
+	case ParseVLANDepth:
+		return malformed(ReasonVLANDepth)
 	}
 	if pkt.Family == 0 {
 		return malformed(ReasonMalformedL3)
@@ -192,13 +213,54 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		return malformed(ReasonExtLimit)
 	case ParseMalformedL4:
 		return malformed(ReasonMalformedL4)
+	case ParseNDInvalid:
+		return malformed(ReasonNDInvalid)
 	}
 
 	mask := m.match(&pkt, src)
-	if mask == 0 {
-		return Result{Verdict: VerdictPass, Reason: ReasonNoRule}
+	// Later fragments take their datagram's port rules (frag.h).
+	var frag *fragState
+	if pkt.Fragment && m.fragFollowed(&pkt) {
+		e, ok := m.frags[pkt.FragKey()]
+		if !ok {
+			return Result{Verdict: VerdictDrop, Reason: ReasonFragOrphan}
+		}
+		if e.dropped != 0 {
+			m.Counters[e.dropped-1].count(VerdictDrop, ReasonFragment, uint64(pkt.Len))
+			return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
+		}
+		mask |= e.rules
+		frag = e
 	}
-	res := Result{Verdict: VerdictPass, Reason: ReasonAdmit}
+	res, dropped := m.applyRules(frame, mask, &pkt, nowNS)
+	switch {
+	case frag != nil:
+		if dropped != 0 {
+			frag.dropped = dropped
+		}
+	case pkt.FirstFrag && m.fragFollowed(&pkt):
+		if m.frags == nil {
+			m.frags = make(map[FragKey]*fragState)
+		}
+		m.frags[pkt.FragKey()] = &fragState{rules: mask & g.FragMatch[pkt.Proto], dropped: dropped}
+	}
+	return res
+}
+
+// fragFollowed is frag.h's xl_frag_followed: whether a port rule of the
+// packet's protocol takes fragments.
+func (m *Model) fragFollowed(pkt *Packet) bool {
+	return pkt.Proto < PortProtos && m.Plan.Globals.FragMatch[pkt.Proto] != 0
+}
+
+// applyRules runs the rules of mask in slot order until one drops the
+// packet. It returns the result and the dropping slot + 1 (0: none).
+func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64) (Result, int) {
+	p := m.Plan
+	res := Result{Verdict: VerdictPass, Reason: ReasonNoRule}
+	if mask != 0 {
+		res.Reason = ReasonAdmit
+	}
 	for i := range MaxRules {
 		if mask>>i == 0 {
 			break
@@ -210,16 +272,16 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		if !r.Active() {
 			continue
 		}
-		v, why, reset := m.applyRule(r, i, &pkt, nowNS)
+		v, why, reset := m.applyRule(frame, r, i, pkt, nowNS)
 		if v == VerdictDrop && r.Flags&RuleShadow != 0 {
 			v = VerdictWouldDrop
 		}
 		m.Counters[i].count(v, why, uint64(pkt.Len))
 		if v == VerdictDrop {
-			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset && pkt.Resettable()}
+			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset}, i + 1
 		}
 	}
-	return res
+	return res, 0
 }
 
 func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
@@ -227,10 +289,9 @@ func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
 	if pkt.Exempt {
 		return 0
 	}
+	// A later fragment has no port: eval adds its datagram's port rules.
 	mask := g.Portless[pkt.Proto]
-	if pkt.Fragment {
-		mask |= g.FragMatch[pkt.Proto]
-	} else if pkt.HasPort && pkt.Proto < PortProtos {
+	if pkt.HasPort && pkt.Proto < PortProtos {
 		mask |= m.Plan.Ports[PortKey(pkt.Proto, pkt.DstPort)]
 	}
 	if !pkt.SYN {
@@ -243,8 +304,8 @@ func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
 	return mask & (^g.SrcFiltered | rules)
 }
 
-func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict, Reason, bool) {
-	if pkt.Fragment && r.Flags&RuleFragDrop != 0 {
+func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict, Reason, bool) {
+	if (pkt.Fragment || pkt.FirstFrag) && r.Flags&RuleFragDrop != 0 {
 		return VerdictDrop, ReasonFragment, false
 	}
 	st := &m.buckets[slot]
@@ -274,8 +335,12 @@ func (m *Model) applyRule(r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict
 			why = ReasonConcurrency
 		}
 		if why != ReasonRule {
-			took, _ := b.Take(&st.resetTAT, nowNS, inc, inc)
-			return VerdictDrop, why, took != 0
+			if r.Flags&RuleShadow != 0 {
+				return VerdictDrop, why, false
+			}
+			out := m.resetDecide(frame, pkt, st, &b, inc, nowNS)
+			m.Counters[slot].Resets[out]++
+			return VerdictDrop, why, out == ResetSent
 		}
 	}
 	if c.Credit < inc && nowNS < c.RetryNS {

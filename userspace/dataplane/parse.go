@@ -15,27 +15,31 @@ type Packet struct {
 	HasPort  bool
 	SYN      bool // TCP SYN without ACK
 	Fragment bool // non-first fragment: no L4 header
-	Exempt   bool // ICMPv6 neighbour discovery: never rule-limited
-	Len      int
+	// FirstFrag: the first fragment of a fragmented datagram.
+	FirstFrag bool
+	Exempt    bool // valid ICMPv6 neighbour discovery: never rule-limited
+	Len       int
 	// L3Off and L4Off are the offsets of the IP and L4 headers (L4Off
 	// valid once the IP stage parsed).
 	L3Off, L4Off int
+	// Fragments only (Fragment or FirstFrag): the datagram's destination
+	// and identification (struct xl_frag_key).
+	Dst    netip.Addr
+	FragID uint32
+	// HopLimit is the IPv6 hop limit (0 for IPv4).
+	HopLimit uint8
 }
 
-// Resettable reports whether the kernel can answer the packet with a TCP
-// reset (reset.h): a SYN whose TCP header follows a plain IP header, IPv4
-// without options or IPv6 without extension headers.
-func (p *Packet) Resettable() bool {
-	if !p.SYN {
-		return false
-	}
-	switch p.Family {
-	case 4:
-		return p.L4Off == p.L3Off+20
-	case 6:
-		return p.L4Off == p.L3Off+40
-	}
-	return false
+// FragKey identifies a fragmented datagram (struct xl_frag_key).
+type FragKey struct {
+	Src, Dst netip.Addr
+	ID       uint32
+	L4       uint8
+}
+
+// FragKey returns the key of the packet's datagram (fragments only).
+func (p *Packet) FragKey() FragKey {
+	return FragKey{Src: p.Src, Dst: p.Dst, ID: p.FragID, L4: p.L4}
 }
 
 // ParseResult says how far parsing got. Stage results other than ParseOK
@@ -49,6 +53,8 @@ const (
 	ParseMalformedL3
 	ParseExtLimit
 	ParseMalformedL4
+	ParseVLANDepth
+	ParseNDInvalid
 )
 
 const (
@@ -87,6 +93,9 @@ func Parse(frame []byte) (Packet, ParseResult) {
 			return pkt, ParseMalformedL2
 		}
 		ethType = binary.BigEndian.Uint16(v[2:4])
+	}
+	if ethType == ethP8021Q || ethType == ethP8021AD {
+		return pkt, ParseVLANDepth
 	}
 	pkt.L3Off = c.pos
 	var l4 int
@@ -129,11 +138,37 @@ func Parse(frame []byte) (Packet, ParseResult) {
 		if h == nil {
 			return pkt, ParseMalformedL4
 		}
-		if l4 == ipprotoICMPv6 && h[0] >= 133 && h[0] <= 137 {
+		if l4 == ipprotoICMPv6 && pkt.Family == 6 && h[0] >= 133 && h[0] <= 137 {
+			if !ndValid(&pkt, h[0], h[1], len(frame)-(c.pos-4)) {
+				return pkt, ParseNDInvalid
+			}
 			pkt.Exempt = true
 		}
 	}
 	return pkt, ParseOK
+}
+
+// ndValid is the Go model of parse.h's xl_nd_valid: RFC 4861's cheap
+// validity checks of a neighbour discovery message of type typ and code,
+// avail bytes of which (from its ICMPv6 header on) are in the frame.
+func ndValid(pkt *Packet, typ, code uint8, avail int) bool {
+	minLen := 24 // neighbour solicitation and advertisement
+	switch typ {
+	case 133:
+		minLen = 8
+	case 134:
+		minLen = 16
+	case 137:
+		minLen = 40
+	}
+	if pkt.HopLimit != 255 || code != 0 || pkt.FirstFrag || avail < minLen {
+		return false
+	}
+	if typ == 134 || typ == 137 {
+		a := pkt.Src.As16()
+		return a[0] == 0xfe && a[1]&0xc0 == 0x80
+	}
+	return true
 }
 
 type cursor struct {
@@ -161,8 +196,11 @@ func parseIPv4(c *cursor, pkt *Packet) (int, ParseResult) {
 	}
 	pkt.Family = 4
 	pkt.Src = netip.AddrFrom4([4]byte(h[12:16]))
-	if binary.BigEndian.Uint16(h[6:8])&0x1fff != 0 {
-		pkt.Fragment = true
+	if frag := binary.BigEndian.Uint16(h[6:8]); frag&0x3fff != 0 {
+		pkt.Fragment = frag&0x1fff != 0
+		pkt.FirstFrag = !pkt.Fragment
+		pkt.FragID = uint32(binary.LittleEndian.Uint16(h[4:6]))
+		pkt.Dst = netip.AddrFrom4([4]byte(h[16:20]))
 	}
 	return int(h[9]), ParseOK
 }
@@ -173,6 +211,7 @@ func parseIPv6(c *cursor, pkt *Packet) (int, ParseResult) {
 		return 0, ParseMalformedL3
 	}
 	pkt.Family = 6
+	pkt.HopLimit = h[7]
 	pkt.Src = netip.AddrFrom16([16]byte(h[8:24]))
 	next := int(h[6])
 	for range IPv6ExtMax {
@@ -201,9 +240,14 @@ func parseIPv6(c *cursor, pkt *Packet) (int, ParseResult) {
 				return 0, ParseMalformedL3
 			}
 			next = int(f[0])
-			if binary.BigEndian.Uint16(f[2:4])&0xfff8 != 0 {
-				pkt.Fragment = true
-				return next, ParseOK
+			if off := binary.BigEndian.Uint16(f[2:4]); off&0xfff9 != 0 {
+				pkt.FragID = binary.LittleEndian.Uint32(f[4:8])
+				pkt.Dst = netip.AddrFrom16([16]byte(h[24:40]))
+				if off&0xfff8 != 0 {
+					pkt.Fragment = true
+					return next, ParseOK
+				}
+				pkt.FirstFrag = true
 			}
 		default:
 			return next, ParseOK

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -52,7 +53,9 @@ type Globals struct {
 	SynOnly     uint64
 	SrcFiltered uint64
 	Concurrent  uint64 // rules with RuleConcurrency
-	Flags       uint32
+	// Reset is the bucket of the resets of all rules, in packets.
+	Reset Bucket
+	Flags uint32
 }
 
 // PrefixEntry is one source prefix of the trie with everything folded into
@@ -100,7 +103,7 @@ type RuleSpec struct {
 	Rate      float64
 	Burst     float64
 	Shadow    bool
-	Fragments string // ignore | limit | drop
+	Fragments string // ignore | limit (the default, "") | drop
 	PerSource *PerSourceSpec
 	// Concurrency, when not nil, caps the connections in flight (tcp).
 	Concurrency *ConcurrencySpec
@@ -144,6 +147,9 @@ type Spec struct {
 	// management section): port rules do not cover them, and rules
 	// without ports cover every other port of the protocol.
 	ExemptTCP, ExemptUDP []PortRange
+	// ResetRate and ResetBurst are the budget of resets of all rules,
+	// per second and at once; 0 means DefaultResetRate, DefaultResetBurst.
+	ResetRate, ResetBurst float64
 }
 
 // Compile builds a Plan. prev, when not nil, is the plan in force: a rule
@@ -186,6 +192,12 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 	}
 
 	p := &Plan{Ports: make(map[uint32]uint64)}
+	rate, burst := cmp.Or(spec.ResetRate, DefaultResetRate), cmp.Or(spec.ResetBurst, DefaultResetBurst)
+	rb, err := NewBucket(rate, burst, false)
+	if err != nil {
+		return nil, fmt.Errorf("compile reset budget: %w", err)
+	}
+	p.Globals.Reset = rb
 	if spec.MalformedPass {
 		p.Globals.Flags |= GlobalMalformedPass
 	}
@@ -255,8 +267,8 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 					}
 				}
 				switch r.Fragments {
-				case "", "ignore":
-				case "limit":
+				case "ignore":
+				case "", "limit":
 					p.Globals.FragMatch[c] |= bit
 				case "drop":
 					p.Globals.FragMatch[c] |= bit

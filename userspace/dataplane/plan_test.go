@@ -76,7 +76,8 @@ func TestCompileMatchMasks(t *testing.T) {
 	if g.Portless[ProtoICMP] != bit("icmp")|bit("all") || g.Portless[ProtoOther] != bit("all") || g.Portless[ProtoTCP] != bit("all") {
 		t.Errorf("portless masks %b", g.Portless)
 	}
-	if g.SynOnly != bit("syn") || g.FragMatch[ProtoTCP] != bit("syn") || g.FragMatch[ProtoUDP] != bit("frag") {
+	// Port rules take fragments unless they say ignore (limit is the default).
+	if g.SynOnly != bit("syn") || g.FragMatch[ProtoTCP] != bit("syn")|bit("web")|bit("dns") || g.FragMatch[ProtoUDP] != bit("frag")|bit("dns") {
 		t.Errorf("syn %b frag %b", g.SynOnly, g.FragMatch)
 	}
 	if f := p.Rules[p.Slot("syn")].Flags; f&RuleFragDrop == 0 {

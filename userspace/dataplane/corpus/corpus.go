@@ -180,10 +180,12 @@ func Cases() []Case {
 		pass(fam+"qinq", build(s), adm, admit("dns"))
 		s.VLANs = frame.Tags(frame.EtherType8021Q, frame.EtherType8021Q)
 		pass(fam+"two 802.1q tags", build(s), adm, admit("dns"))
+		// More tags than the parser walks: malformed (before, not_ip
+		// and unlimited).
 		s.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q, frame.EtherType8021Q)
-		pass(fam+"three tags: not ip", build(s), dataplane.ReasonNotIP)
-		add(Case{Name: fam + "three tags: not ip, even with malformed pass", Spec: "malformed-pass",
-			Frame: build(s), Pass: true, Reason: dataplane.ReasonNotIP})
+		add(Case{Name: fam + "three tags", Frame: build(s), Reason: dataplane.ReasonVLANDepth})
+		add(Case{Name: fam + "three tags malformed pass", Spec: "malformed-pass",
+			Frame: build(s), Pass: true, Reason: dataplane.ReasonVLANDepth})
 
 		// TCP flags against a syn_only rule.
 		pass(fam+"tcp syn", build(TCPTo(src, 80, SynFlags)), adm, admit("web-syn"))
@@ -231,10 +233,34 @@ func Cases() []Case {
 	add(Case{Name: "icmpv6 echo request limited", Pre: [][]byte{build(ICMPOf(SrcA6, 128))},
 		Frame: build(ICMPOf(SrcA6, 128)), Reason: dataplane.ReasonRule,
 		Rules: []RuleWant{{"icmp", dataplane.VerdictDrop, dataplane.ReasonRule}}})
+	// Only neighbour discovery that RFC 4861 lets a host accept (hop
+	// limit 255, code 0, its fixed part present, a link-local source for
+	// RA and redirect) is exempt; the rest is nd_invalid, as malformed.
+	nd := func(src netip.Addr, typ, hop uint8) []byte {
+		s := ICMPOf(src, typ)
+		s.TTL, s.PayloadLen, s.Dst = hop, 32, netip.MustParseAddr("ff02::1")
+		return build(s)
+	}
+	linkLocal := netip.MustParseAddr("fe80::10")
 	for _, typ := range []uint8{133, 134, 135, 136, 137} {
 		add(Case{Name: "icmpv6 neighbour discovery exempt " + strconv.Itoa(int(typ)),
 			Pre:   [][]byte{build(ICMPOf(SrcA6, 128))},
-			Frame: build(ICMPOf(SrcA6, typ)), Pass: true, Reason: noRule})
+			Frame: nd(linkLocal, typ, 255), Pass: true, Reason: noRule})
+	}
+	for _, b := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"neighbour solicitation with hop limit 64", nd(SrcA6, 135, 64)},
+		{"neighbour advertisement with hop limit 254", nd(linkLocal, 136, 254)},
+		{"router advertisement from a global address", nd(SrcA6, 134, 255)},
+		{"redirect from a global address", nd(SrcA6, 137, 255)},
+		{"neighbour solicitation with code 1", edit(nd(linkLocal, 135, 255), func(b []byte) { b[14+40+1] = 1 })},
+		{"neighbour solicitation cut to 16 bytes", cut(nd(linkLocal, 135, 255), 14+40+16)},
+	} {
+		add(Case{Name: "icmpv6 " + b.name, Frame: b.frame, Reason: dataplane.ReasonNDInvalid})
+		add(Case{Name: "icmpv6 " + b.name + " malformed pass", Spec: "malformed-pass", Frame: b.frame, Pass: true,
+			Reason: dataplane.ReasonNDInvalid})
 	}
 	// ICMP type 135 over IPv4 is not neighbour discovery.
 	add(Case{Name: "icmpv4 type 135 limited", Pre: [][]byte{build(ICMPOf(SrcA4, 8))},
@@ -259,13 +285,20 @@ func Cases() []Case {
 	add(Case{Name: "allowlisted source with ihl 4 is malformed",
 		Frame: edit(build(UDPTo(Allow4, 53)), func(b []byte) { b[14] = 0x44 }), Reason: dataplane.ReasonMalformedL3})
 
-	// IPv4 fragments.
+	// IPv4 fragments. A later fragment takes the port rules of its
+	// datagram's first fragment (same source, destination, protocol and
+	// IP ID); one whose first fragment was not seen is an orphan, dropped
+	// when a port rule of its protocol takes fragments (the default).
 	first := UDPTo(SrcA4, 53)
 	first.MoreFragments = true
 	pass("ipv4 first fragment has ports", build(first), adm, admit("dns"))
 	later := UDPTo(SrcA4, 53)
 	later.FragOffset, later.MoreFragments = 185, true
-	pass("ipv4 non-first fragment, no portless rule", build(later), noRule)
+	add(Case{Name: "ipv4 non-first fragment takes its first fragment's rule", Pre: [][]byte{build(first)},
+		Frame: build(later), Pass: true, Reason: adm, Rules: []RuleWant{admit("dns")}})
+	orphan := later
+	orphan.IPv4ID = 0x0bad
+	add(Case{Name: "ipv4 non-first fragment, first not seen", Frame: build(orphan), Reason: dataplane.ReasonFragOrphan})
 	last := later
 	last.MoreFragments = false
 	icmpFrag := ICMPOf(SrcA4, 8)
@@ -277,35 +310,53 @@ func Cases() []Case {
 	v6first.IPv6Ext, v6first.MoreFragments = []uint8{frame.ExtFragment}, true
 	v6later := v6first
 	v6later.FragOffset = 185
+	v6orphan := v6later
+	v6orphan.Src = netip.MustParseAddr("2001:db8:1::11") // another datagram
 	for _, f := range []struct {
-		name  string
-		frame []byte
+		name         string
+		first, frame []byte
+		orphan       []byte
 	}{
-		{"ipv4 non-first fragment", build(later)},
-		{"ipv4 last fragment", build(last)},
-		{"ipv6 non-first fragment", build(v6later)},
+		{"ipv4 non-first fragment", build(first), build(later), build(orphan)},
+		{"ipv4 last fragment", build(first), build(last), nil},
+		{"ipv6 non-first fragment", build(v6first), build(v6later), build(v6orphan)},
 	} {
-		add(Case{Name: f.name + ", fragments ignore", Spec: "frag-ignore", Frame: f.frame, Pass: true,
-			Reason: adm, Rules: []RuleWant{admit("udp-all")}})
-		add(Case{Name: f.name + ", fragments limit", Spec: "frag-limit", Frame: f.frame, Pass: true,
-			Reason: adm, Rules: []RuleWant{admit("udp-all"), admit("dns")}})
-		add(Case{Name: f.name + ", fragments drop", Spec: "frag-drop", Frame: f.frame,
-			Reason: dataplane.ReasonFragment, Rules: []RuleWant{admit("udp-all"),
-				{"dns", dataplane.VerdictDrop, dataplane.ReasonFragment}}})
+		add(Case{Name: f.name + ", fragments ignore", Spec: "frag-ignore", Pre: [][]byte{f.first}, Frame: f.frame,
+			Pass: true, Reason: adm, Rules: []RuleWant{admit("udp-all")}})
+		add(Case{Name: f.name + ", fragments limit", Spec: "frag-limit", Pre: [][]byte{f.first}, Frame: f.frame,
+			Pass: true, Reason: adm, Rules: []RuleWant{admit("udp-all"), admit("dns")}})
+		// The first fragment was dropped: so is the rest, before any rule.
+		add(Case{Name: f.name + ", fragments drop", Spec: "frag-drop", Pre: [][]byte{f.first}, Frame: f.frame,
+			Reason: dataplane.ReasonFragment, Rules: []RuleWant{{"dns", dataplane.VerdictDrop, dataplane.ReasonFragment}}})
+		if f.orphan != nil {
+			add(Case{Name: f.name + " without its first, fragments ignore", Spec: "frag-ignore", Frame: f.orphan,
+				Pass: true, Reason: adm, Rules: []RuleWant{admit("udp-all")}})
+			for _, policy := range []string{"limit", "drop"} {
+				add(Case{Name: f.name + " without its first, fragments " + policy, Spec: "frag-" + policy,
+					Frame: f.orphan, Reason: dataplane.ReasonFragOrphan})
+			}
+		}
 	}
 	for _, policy := range []string{"ignore", "limit", "drop"} {
 		for _, f := range []struct {
 			name  string
 			frame []byte
 		}{{"ipv4 first fragment", build(first)}, {"ipv6 first fragment", build(v6first)}} {
-			add(Case{Name: f.name + ", fragments " + policy, Spec: "frag-" + policy, Frame: f.frame,
-				Pass: true, Reason: adm, Rules: []RuleWant{admit("udp-all"), admit("dns")}})
+			want := []RuleWant{admit("udp-all"), admit("dns")}
+			c := Case{Name: f.name + ", fragments " + policy, Spec: "frag-" + policy, Frame: f.frame, Pass: true, Reason: adm}
+			if policy == "drop" {
+				want = []RuleWant{admit("udp-all"), {"dns", dataplane.VerdictDrop, dataplane.ReasonFragment}}
+				c.Pass, c.Reason = false, dataplane.ReasonFragment
+			}
+			c.Rules = want
+			add(c)
 		}
-		// A TCP non-first fragment: the TCP rule has ports and ignores them.
+		// A TCP non-first fragment whose first was not seen: the TCP port
+		// rule takes fragments (its default), so it is an orphan.
 		tf := TCPTo(SrcA4, 80, SynFlags)
 		tf.FragOffset = 10
-		add(Case{Name: "tcp non-first fragment, fragments " + policy, Spec: "frag-" + policy,
-			Frame: build(tf), Pass: true, Reason: noRule})
+		add(Case{Name: "tcp non-first fragment, first not seen, fragments " + policy, Spec: "frag-" + policy,
+			Frame: build(tf), Reason: dataplane.ReasonFragOrphan})
 	}
 
 	// IPv6 extension headers.
@@ -329,8 +380,11 @@ func Cases() []Case {
 		pass("ipv6 "+e.name+" tcp syn", build(t), adm, admit("web-syn"))
 	}
 	nf := UDPTo(SrcA6, 53)
+	nf.Src = netip.MustParseAddr("2001:db8:1::12") // no first fragment from it
 	nf.IPv6Ext, nf.FragOffset = []uint8{frame.ExtFragment}, 100
-	pass("ipv6 non-first fragment, no portless rule", build(nf), noRule)
+	add(Case{Name: "ipv6 non-first fragment, first not seen", Frame: build(nf), Reason: dataplane.ReasonFragOrphan})
+	// The fragment header names destination options next: not UDP, so no
+	// port rule follows it.
 	nf.IPv6Ext = []uint8{60, 60, 60, 60, 60, 44, 60}
 	pass("ipv6 chain of 7 cut short by a non-first fragment", build(nf), noRule)
 	nf7 := nf

@@ -37,7 +37,7 @@ func TestRulesFileRoundTrip(t *testing.T) {
 				ports = append(ports, dataplane.PortRange{Lo: p.Lo, Hi: p.Hi})
 			}
 			frag := string(r.Fragments)
-			if w.Fragments == "" && frag == string(config.FragmentsIgnore) {
+			if w.Fragments == "" && frag == string(config.FragmentsLimit) {
 				frag = ""
 			}
 			if r.Name != w.Name || string(r.Protocol) != w.Protocol || !slices.Equal(ports, w.Ports) ||

@@ -1,0 +1,376 @@
+//go:build linux
+
+package maps
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/frame"
+)
+
+// Hostile frames in the kernel with the fake clock and the Go model side
+// by side (issue 16): fragments that would bypass port rules, neighbour
+// discovery that fails RFC 4861's checks, too many VLAN tags, and refused
+// SYNs whose reset must not be sent.
+
+// datagram returns the fragments of one UDP datagram from src to port with
+// payload bytes, IP ID id, each fragment carrying at most 1480 bytes of IP
+// payload (1448 for IPv6, after the fragment header): the first with the
+// UDP header, the others only data.
+func datagram(src netip.Addr, port uint16, id uint16, payload int) [][]byte {
+	chunk := 1480
+	var ext []uint8
+	if src.Is6() {
+		chunk, ext = 1448, []uint8{frame.ExtFragment}
+	}
+	total := 8 + payload // the UDP header is part of the fragmentable data
+	var out [][]byte
+	for off := 0; off < total; off += chunk {
+		n := min(chunk, total-off)
+		s := frame.Spec{Src: src, Proto: frame.ProtoUDP, SrcPort: 40000, DstPort: port, IPv4ID: id,
+			IPv6Ext: ext, FragOffset: uint16(off / 8), MoreFragments: off+n < total}
+		if off == 0 {
+			s.PayloadLen = n - 8
+		} else {
+			s.PayloadLen = n
+		}
+		b := frame.MustBuild(s)
+		if src.Is6() {
+			binary.BigEndian.PutUint32(b[14+40+4:], uint32(id)) // the fragment header's identification
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func fragSpec(fragments string, rate, burst float64, bytes bool) *dataplane.Spec {
+	return &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: rate, Burst: burst, Bytes: bytes, Fragments: fragments},
+	}}
+}
+
+// runAll runs frames in order at now through both and returns how many the
+// kernel passed and their bytes.
+func (h *harness) runAll(tb testing.TB, frames [][]byte, now uint64) (passed, bytes int) {
+	tb.Helper()
+	for _, f := range frames {
+		if pass, _ := h.run(tb, f, now); pass {
+			passed++
+			bytes += len(f)
+		}
+	}
+	return passed, bytes
+}
+
+// checkCounters fails when the kernel's counters differ from the model's.
+func (h *harness) checkCounters(tb testing.TB) {
+	tb.Helper()
+	if d := diffCounters(h.counters(tb), h.model.Counters, h.plan); d != "" {
+		tb.Errorf("kernel and model counters differ:%s", d)
+	}
+}
+
+// TestFragmentBypass is the bypass of issue 16 at the kernel tier: a byte
+// rule of 200 kB/s on a UDP port, offered 60 kB datagrams at 3 MB/s for
+// two seconds of the fake clock. Before the fix the later fragments
+// matched no rule and 2.98 MB/s arrived; now every fragment is charged its
+// length, so the port gets at most its rate and burst.
+func TestFragmentBypass(t *testing.T) {
+	for _, src := range []netip.Addr{srcA4, srcA6} {
+		t.Run(map[bool]string{true: "IPv4", false: "IPv6"}[src.Is4()], func(t *testing.T) {
+			h := newHarness(t)
+			const rate, burst = 200e3, 65535
+			h.apply(t, compile(t, fragSpec("", rate, burst, true), nil))
+			now := uint64(1000 * second)
+			const perSecond, seconds = 50, 2 // 50 datagrams of 60 kB a second: 3 MB/s
+			offered, delivered, whole := 0, 0, 0
+			for i := range perSecond * seconds {
+				frames := datagram(src, 53, uint16(i+1), 60000)
+				passed, bytes := h.runAll(t, frames, now)
+				for _, f := range frames {
+					offered += len(f)
+				}
+				delivered += bytes
+				if passed == len(frames) {
+					whole++
+				}
+				now += second / perSecond
+			}
+			h.checkCounters(t)
+			limit := rate*seconds + burst
+			t.Logf("offered %.2f MB/s, delivered %.1f kB/s (%d of %d datagrams whole), limit %.0f kB/s + %d B burst",
+				float64(offered)/seconds/1e6, float64(delivered)/seconds/1e3, whole, perSecond*seconds, rate/1e3, burst)
+			if float64(delivered) > limit {
+				t.Errorf("delivered %d bytes in %d s through a %.0f B/s rule (burst %d): over %0.f, a bypass", delivered, seconds, rate, burst, limit)
+			}
+		})
+	}
+}
+
+// TestFragmentVerdicts walks every verdict a fragment can get. Each case
+// applies its own rule (a new name: fresh bucket state) on one harness per
+// family, and its datagram has its own IP ID.
+func TestFragmentVerdicts(t *testing.T) {
+	for _, src := range []netip.Addr{srcA4, srcA6} {
+		h := newHarness(t)
+		now := uint64(1000 * second)
+		id := uint16(0)
+		// rule applies a fragments policy on a UDP port 53 rule of a new name
+		// and returns its slot and a datagram of payload bytes to it.
+		rule := func(t *testing.T, fragments string, rate, burst float64, bytes bool, port uint16, payload int) (int, [][]byte) {
+			id++
+			spec := fragSpec(fragments, rate, burst, bytes)
+			spec.Rules[0].Name = "dns-" + itoa(int(id))
+			h.apply(t, compile(t, spec, nil))
+			now += second
+			return h.slot(t, spec.Rules[0].Name), datagram(src, port, id, payload)
+		}
+		fam := map[bool]string{true: "IPv4 ", false: "IPv6 "}[src.Is4()]
+		t.Run(fam+"admitted datagram charges every fragment", func(t *testing.T) {
+			slot, frames := rule(t, "", 1e6, 1e6, true, 53, 4000)
+			before := h.slotCounters(t, slot)
+			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
+				t.Fatalf("%d of %d fragments passed, want all", passed, len(frames))
+			}
+			c := h.slotCounters(t, slot).Sub(before)
+			var want uint64
+			for _, f := range frames {
+				want += uint64(len(f))
+			}
+			if c.Packets[dataplane.VerdictPass] != uint64(len(frames)) || c.Bytes[dataplane.VerdictPass] != want {
+				t.Errorf("rule counted %d packets / %d bytes, want %d / %d: every fragment charged its length",
+					c.Packets[dataplane.VerdictPass], c.Bytes[dataplane.VerdictPass], len(frames), want)
+			}
+		})
+		t.Run(fam+"a dropped fragment drops the rest uncharged", func(t *testing.T) {
+			// Room for two full fragments and a bit: the third is dropped.
+			slot, frames := rule(t, "", 16, 3200, true, 53, 8000)
+			before := h.slotCounters(t, slot)
+			if passed, _ := h.runAll(t, frames, now); passed != 2 {
+				t.Errorf("%d fragments passed, want 2", passed)
+			}
+			c := h.slotCounters(t, slot).Sub(before)
+			if c.Reasons[dataplane.ReasonRule] != 1 || c.Reasons[dataplane.ReasonFragment] != uint64(len(frames)-3) {
+				t.Errorf("rule reasons %s: want rule:1 fragment:%d", fmtCounters(c), len(frames)-3)
+			}
+		})
+		t.Run(fam+"dropped first fragment drops the rest", func(t *testing.T) {
+			_, frames := rule(t, "", 1, 1, false, 53, 3000)
+			h.run(t, build(udpTo(src, 53)), now) // spends the burst
+			if passed, _ := h.runAll(t, frames, now); passed != 0 {
+				t.Errorf("%d fragments passed after the first was dropped", passed)
+			}
+		})
+		t.Run(fam+"orphan", func(t *testing.T) {
+			_, frames := rule(t, "", 1e6, 1e6, false, 53, 3000)
+			for _, f := range frames[1:] {
+				if pass, res := h.run(t, f, now); pass || res.Reason != dataplane.ReasonFragOrphan {
+					t.Errorf("later fragment without its first: pass=%v %v, want drop fragment_orphan", pass, res.Reason)
+				}
+			}
+		})
+		t.Run(fam+"fragments: drop", func(t *testing.T) {
+			slot, frames := rule(t, "drop", 1e6, 1e6, false, 53, 3000)
+			before := h.slotCounters(t, slot)
+			if passed, _ := h.runAll(t, frames, now); passed != 0 {
+				t.Errorf("%d fragments passed a fragments: drop rule", passed)
+			}
+			if c := h.slotCounters(t, slot).Sub(before); c.Reasons[dataplane.ReasonFragment] != uint64(len(frames)) {
+				t.Errorf("rule %s, want fragment:%d", fmtCounters(c), len(frames))
+			}
+			if pass, _ := h.run(t, build(udpTo(src, 53)), now); !pass {
+				t.Error("an unfragmented datagram was dropped")
+			}
+		})
+		t.Run(fam+"fragments: ignore passes the rest unlimited", func(t *testing.T) {
+			_, frames := rule(t, "ignore", 1, 1, false, 53, 3000)
+			h.run(t, frames[0], now)
+			for _, f := range frames[1:] {
+				if pass, res := h.run(t, f, now); !pass || res.Reason != dataplane.ReasonNoRule {
+					t.Errorf("later fragment under ignore: pass=%v %v, want pass no_rule", pass, res.Reason)
+				}
+			}
+		})
+		t.Run(fam+"datagram to an unlimited port passes whole", func(t *testing.T) {
+			_, frames := rule(t, "", 1, 1, false, 5353, 3000)
+			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
+				t.Errorf("%d of %d fragments to a port without a rule passed", passed, len(frames))
+			}
+		})
+		t.Run(fam+"protocol without port rules is not followed", func(t *testing.T) {
+			id++
+			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+				{Name: "web-" + itoa(int(id)), Protocol: "tcp", Ports: ports(80, 80), Rate: 1, Burst: 1},
+			}}, nil))
+			frames := datagram(src, 53, id, 3000)
+			for _, f := range frames[1:] { // orphans, but no UDP rule takes fragments
+				if pass, res := h.run(t, f, now); !pass || res.Reason != dataplane.ReasonNoRule {
+					t.Errorf("UDP fragment, no UDP port rule: pass=%v %v, want pass no_rule", pass, res.Reason)
+				}
+			}
+		})
+		h.checkCounters(t)
+	}
+}
+
+// nd is an ICMPv6 neighbour discovery message of type typ from src with
+// hop limit hop, len bytes long from its ICMPv6 header on (at least 8).
+func nd(src string, typ, hop uint8, length int) []byte {
+	return frame.MustBuild(frame.Spec{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr("ff02::1"),
+		Proto: frame.ProtoICMPv6, ICMPType: typ, TTL: hop, PayloadLen: length - 8})
+}
+
+// TestNeighbourDiscovery: only ND that RFC 4861 lets a host accept is
+// exempt from the rules; the rest is nd_invalid and follows `malformed:`.
+func TestNeighbourDiscovery(t *testing.T) {
+	withCode := func(b []byte, code uint8) []byte { b[14+40+1] = code; return b }
+	cases := []struct {
+		name  string
+		frame []byte
+		valid bool
+	}{
+		{"NS hop limit 255", nd("2001:db8::7", 135, 255, 24), true},
+		{"NA hop limit 255", nd("2001:db8::7", 136, 255, 24), true},
+		{"RS from ::", nd("::", 133, 255, 8), true},
+		{"RA from link-local", nd("fe80::1", 134, 255, 16), true},
+		{"redirect from link-local", nd("fe80::1", 137, 255, 40), true},
+		{"NS hop limit 64 (forwarded: spoofed from afar)", nd("2001:db8::7", 135, 64, 24), false},
+		{"NA hop limit 254", nd("2001:db8::7", 136, 254, 24), false},
+		{"RS code 1", withCode(nd("::", 133, 255, 8), 1), false},
+		{"NS shorter than 24 bytes", nd("2001:db8::7", 135, 255, 16), false},
+		{"RA from a global address", nd("2001:db8::7", 134, 255, 16), false},
+		{"redirect of 32 bytes", nd("fe80::1", 137, 255, 32), false},
+	}
+	for _, malformedPass := range []bool{false, true} {
+		h := newHarness(t)
+		// A rule on all ICMP that admits nothing after its burst of one.
+		h.apply(t, compile(t, &dataplane.Spec{MalformedPass: malformedPass, Rules: []dataplane.RuleSpec{
+			{Name: "icmp", Protocol: "icmp", Rate: 0.001, Burst: 1},
+		}}, nil))
+		now := uint64(1000 * second)
+		h.run(t, frame.MustBuild(frame.Spec{Src: srcA6, Proto: frame.ProtoICMPv6, ICMPType: 128}), now)
+		for _, c := range cases {
+			for range 3 {
+				pass, res := h.run(t, c.frame, now)
+				switch {
+				case c.valid && (!pass || res.Reason != dataplane.ReasonNoRule):
+					t.Errorf("%s: pass=%v %v, want pass no_rule (exempt)", c.name, pass, res.Reason)
+				case !c.valid && (pass != malformedPass || res.Reason != dataplane.ReasonNDInvalid):
+					t.Errorf("%s (malformed pass %v): pass=%v %v, want nd_invalid", c.name, malformedPass, pass, res.Reason)
+				}
+			}
+		}
+		h.checkCounters(t)
+	}
+}
+
+// TestVLANDepth: a frame with a third tag is vlan_depth, dropped unless
+// `malformed: pass`; before, it passed as not_ip, unlimited.
+func TestVLANDepth(t *testing.T) {
+	for _, malformedPass := range []bool{false, true} {
+		h := newHarness(t)
+		h.apply(t, compile(t, &dataplane.Spec{MalformedPass: malformedPass, Rules: []dataplane.RuleSpec{
+			{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 0.001, Burst: 1},
+		}}, nil))
+		for _, tags := range [][]uint16{
+			{frame.EtherType8021AD, frame.EtherType8021Q, frame.EtherType8021Q},
+			{frame.EtherType8021Q, frame.EtherType8021Q, frame.EtherType8021Q, frame.EtherType8021Q},
+		} {
+			s := udpTo(srcA4, 53)
+			s.VLANs = frame.Tags(tags...)
+			for range 3 {
+				if pass, res := h.run(t, build(s), 1000*second); pass != malformedPass || res.Reason != dataplane.ReasonVLANDepth {
+					t.Errorf("%d tags (malformed pass %v): pass=%v %v, want vlan_depth", len(tags), malformedPass, pass, res.Reason)
+				}
+			}
+		}
+		h.checkCounters(t)
+	}
+}
+
+// TestResetAddressing: a refused SYN is answered only when it is unicast,
+// to the host's MAC and one of its addresses, within the rule's reset
+// budget and the budget of all rules; each other outcome is counted.
+func TestResetAddressing(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{ResetRate: 1, ResetBurst: 4, Rules: []dataplane.RuleSpec{
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), Rate: 1e6, Burst: 1e6},
+		{Name: "api", Protocol: "tcp", Ports: ports(81, 81), Rate: 1e6, Burst: 1e6},
+	}}, nil))
+	now := uint64(1000 * second)
+	for _, name := range []string{"web", "api"} {
+		slot := h.slot(t, name)
+		b, _ := dataplane.NewBucket(1e6, 1e6, false)
+		h.setLimit(t, slot, dataplane.Limit{Bucket: b, DeadlineNS: now + 100*second, Epoch: h.plan.Rules[slot].Epoch,
+			Gate: dataplane.Gate{Drop: dataplane.GateAll}})
+	}
+	syn := func(port uint16, edit func(*frame.Spec)) []byte {
+		s := tcpSpec(synFlags, "198.51.100.7")
+		s.DstPort = port
+		if edit != nil {
+			edit(&s)
+		}
+		return frame.MustBuild(s)
+	}
+	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
+	for _, c := range []struct {
+		name string
+		f    []byte
+		want dataplane.ResetOutcome
+	}{
+		{"to another MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("02:00:00:00:00:99") }), dataplane.ResetNotLocal},
+		{"to another IP", syn(80, func(s *frame.Spec) { s.Dst = netip.MustParseAddr("10.9.0.2") }), dataplane.ResetNotLocal},
+		{"to broadcast MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("ff:ff:ff:ff:ff:ff") }), dataplane.ResetNotUnicast},
+		{"to multicast MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("01:00:5e:00:00:01") }), dataplane.ResetNotUnicast},
+		{"from multicast MAC", syn(80, func(s *frame.Spec) { s.SrcMAC = mac("01:00:5e:00:00:01") }), dataplane.ResetNotUnicast},
+		{"from multicast IP", syn(80, func(s *frame.Spec) { s.Src = netip.MustParseAddr("224.0.0.5") }), dataplane.ResetNotUnicast},
+		{"from broadcast IP", syn(80, func(s *frame.Spec) { s.Src = netip.MustParseAddr("255.255.255.255") }), dataplane.ResetNotUnicast},
+		{"from 0.0.0.0", syn(80, func(s *frame.Spec) { s.Src = netip.MustParseAddr("0.0.0.0") }), dataplane.ResetNotUnicast},
+		{"to broadcast IP", syn(80, func(s *frame.Spec) { s.Dst = netip.MustParseAddr("255.255.255.255") }), dataplane.ResetNotUnicast},
+		{"IPv6 from multicast", syn(80, func(s *frame.Spec) {
+			s.Src, s.Dst = netip.MustParseAddr("ff02::1"), netip.MustParseAddr("2001:db8::80")
+		}), dataplane.ResetNotUnicast},
+		{"IPv6 to another IP", syn(80, func(s *frame.Spec) {
+			s.Src, s.Dst = netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("2001:db8::81")
+		}), dataplane.ResetNotLocal},
+		{"IPv4 options", syn(80, func(s *frame.Spec) { s.IPv4OptionWords = 1 }), dataplane.ResetUnsupported},
+		// The budget of all rules (burst 4), shared by both rules.
+		{"web 1", syn(80, nil), dataplane.ResetSent},
+		{"api 1", syn(81, nil), dataplane.ResetSent},
+		{"web 2", syn(80, nil), dataplane.ResetSent},
+		{"api 2", syn(81, nil), dataplane.ResetSent},
+		{"web 3: global budget spent", syn(80, nil), dataplane.ResetGlobalBudget},
+		{"api 3: global budget spent", syn(81, nil), dataplane.ResetGlobalBudget},
+	} {
+		before := h.counters(t)
+		ret, _ := h.kernelRunOut(t, c.f, now, 1)
+		res := h.model.Eval(c.f, now)
+		if (ret == xdpTx) != res.Reset || (ret == xdpTx) != (c.want == dataplane.ResetSent) {
+			t.Errorf("%s: kernel returned %d, model reset=%v, want reset=%v", c.name, ret, res.Reset, c.want == dataplane.ResetSent)
+		}
+		if ret == xdpPass {
+			t.Errorf("%s: a refused SYN passed", c.name)
+		}
+		d := deltas(h.counters(t), before)
+		var got []dataplane.ResetOutcome
+		for slot := range dataplane.MaxRules {
+			for o := range dataplane.ResetMax {
+				for range d[slot].Resets[o] {
+					got = append(got, o)
+				}
+			}
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s: reset outcomes counted %v, want [%v]", c.name, got, c.want)
+		}
+	}
+	h.checkCounters(t)
+	// A second later the budget of all rules has refilled by one.
+	if ret, _ := h.kernelRunOut(t, syn(80, nil), now+second, 1); ret != xdpTx {
+		t.Errorf("a second later: XDP return code %d, want XDP_TX", ret)
+	}
+}
