@@ -43,8 +43,8 @@ func cpuHog(t *testing.T, n int) {
 // static syn_only rule of 1000/s is offered 1000 connections/s (a flood at
 // the rule's rate) while CPU hogs hold the host's CPU usage at 100 %. With
 // `system: {cpu_high: 0.5}` the rule is capped at the best rate the service
-// completed (what the flood queued drains over a second; 10 % more while
-// nothing is queued), so the served latency stays near the service time;
+// completed, 10 % more less its queue per 250 ms (which holds a queue of
+// 25 ms of its work), so the served latency stays near the service time;
 // without it the accept queue stays full and overflows. A cap at the best *admitted* count (the old one) would equal
 // the rule's rate and change nothing.
 func TestSystemProtectionCompletedWork(t *testing.T) {
@@ -339,10 +339,14 @@ func TestSocketQueueSignal(t *testing.T) {
 		wait := e.flood(ctx, false, 2000, 12*time.Second)
 		time.Sleep(6 * time.Second) // converge
 		d0, r0, t0 := sockDrops(), svc.read.Load(), time.Now()
-		time.Sleep(5 * time.Second)
+		// The rate in force, averaged over five readings a second apart.
+		for range 5 {
+			time.Sleep(time.Second)
+			_, _, r, _ := e.status().rule("udp")
+			rate += r / 5
+		}
 		d1, r1 := sockDrops(), svc.read.Load()
 		readRate = float64(r1-r0) / time.Since(t0).Seconds()
-		_, _, rate, _ = e.status().rule("udp")
 		return readRate, d1 - d0, rate, wait().PPS()
 	}
 	var sRead, aRead, sRate, aRate, sSent, aSent float64
@@ -365,7 +369,7 @@ func TestSocketQueueSignal(t *testing.T) {
     adaptive: {target_latency: 25ms, min_rate: 10, max_rate: 5000, signal: socket_queue}
 `)
 	})
-	t.Logf("e2e socket_queue (UDP service reading ≤ 200/s, flood 2000/s): static 2000/s: offered %.0f/s, read %.0f/s, %d socket drops in 5 s; adaptive: offered %.0f/s, read %.0f/s, %d socket drops in 5 s, rate in force %.0f/s; load: %s",
+	t.Logf("e2e socket_queue (UDP service reading ≤ 200/s, flood 2000/s): static 2000/s: offered %.0f/s, read %.0f/s, %d socket drops in 5 s; adaptive: offered %.0f/s, read %.0f/s, %d socket drops in 5 s, rate in force %.0f/s (mean of 5 readings); load: %s",
 		sSent, sRead, sDrops, aSent, aRead, aDrops, aRate, loadAvg())
 	_ = sRate
 	if sDrops == 0 {

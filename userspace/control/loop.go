@@ -137,13 +137,15 @@ type Loop struct {
 // looks.
 const peakSeconds = 10
 
-// systemDrain is the time over which system protection drains what is
-// queued at its rule's service.
-const systemDrain = time.Second
-
-// systemProbe is the margin above the best completion rate that system
-// protection allows while its rule's service has nothing queued.
-const systemProbe = 0.1
+// systemMargin and systemDrain shape the cap of system protection:
+// best completion rate × (1 + systemMargin) − queue / systemDrain. Its
+// queue error shrinks by 1 − tick/systemDrain a tick (0.8 at 50 ms) toward
+// systemMargin × best × systemDrain (10 connections, 25 ms of work, for a
+// 400/s service).
+const (
+	systemMargin = 0.1
+	systemDrain  = 250 * time.Millisecond
+)
 
 type ruleState struct {
 	spec    RuleSpec
@@ -388,22 +390,17 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			capacity := float64(slices.Max(r.peaks[:]))
 			if r.haveServed {
 				capacity = math.Floor(slices.Max(r.servedPeaks[:]))
-				switch {
-				case !sampled || !sig.HasQueue || capacity < 1:
-				case sig.QueueDepth > 0:
-					// What is queued already drains over about a
-					// second: a cap at the completion rate alone would
-					// hold the queue where the flood left it, and a
-					// faster drain (Track's 1.5 ticks) empties it and
-					// idles a pool of workers that needs a few waiting.
-					capacity = max(capacity-sig.QueueDepth/systemDrain.Seconds(), 1)
-				default:
-					// An empty queue: the service took all it was given
-					// and can take more. Without this margin the cap
-					// could only ratchet down: capped, the service
-					// never completes more than the cap, and every
-					// second it completes less lowers the next cap.
-					capacity *= 1 + systemProbe
+				if sampled && sig.HasQueue && capacity >= 1 {
+					// cap = best × (1 + margin) − queue / drain holds
+					// the service's queue at margin × best × drain (a
+					// tenth of 250 ms of its work): the service stays
+					// busy, so what it completes is its capacity and the
+					// best rate follows it. A cap at the best rate
+					// alone holds the queue where the flood left it;
+					// one that drains it to empty underfeeds the service,
+					// which then completes less than the cap, and the
+					// next cap is lower: a ratchet (seen live).
+					capacity = max(capacity*(1+systemMargin)-sig.QueueDepth/systemDrain.Seconds(), 1)
 				}
 			}
 			if capacity >= 1 && capacity < rate {
