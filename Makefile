@@ -129,6 +129,7 @@ BENCH_FLAGS ?=
 bench: build ## Benchmarks (root, ~12 min, clean tree): per-packet cost, live flood vs nftables/iptables, accuracy, adaptive vs static (docs/design.md §7), paced queue (one report in bench/results/); compile cost of 64 rules × 65 536 shared prefixes (bench/results/compile-cost.txt).
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench -out bench/results $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkCompileSharedPrefixes$$' -benchtime 5x ./daemon/ | tee bench/results/compile-cost.txt
+	$(GO) run ./bench/fleetsim -out bench/results/fleet-sim.txt
 
 FUZZTIME ?= 30s
 

@@ -113,7 +113,7 @@ func (d *daemon) runFleet(ctx context.Context) (stop func()) {
 					}
 					up = false
 				default:
-					if err := f.host.Apply(now, reps, ans); err != nil {
+					if err := f.host.Apply(now, d.opts.Clock.Now(), reps, ans); err != nil {
 						d.log.Error("fleet store", "err", err)
 					}
 					if !up {

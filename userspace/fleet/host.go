@@ -233,9 +233,11 @@ func (h *Host) Reports() []Report {
 }
 
 // Apply takes the store's answer to the reports sent at sent (the local
-// time before the request left: every deadline derived from it is early,
-// never late).
-func (h *Host) Apply(sent time.Time, reps []Report, ans Answer) error {
+// time before the request left) and received at recv (after the answer
+// came). The lease's end is derived from sent, so it is early, never late;
+// the end of the window, before which the share may not rise, from recv,
+// so it is late, never early.
+func (h *Host) Apply(sent, recv time.Time, reps []Report, ans Answer) error {
 	if len(ans.Rules) != len(reps) {
 		return fmt.Errorf("apply fleet answer: %d answers for %d reports", len(ans.Rules), len(reps))
 	}
@@ -276,7 +278,7 @@ func (h *Host) Apply(sent time.Time, reps []Report, ans Answer) error {
 		r.leased, r.epoch, r.share, r.granted = true, ans.Epoch, share, sent
 		r.held = math.Min(share, before)
 		r.heldSafe = beforeState != StateLeased
-		r.window = sent.Add(start + L)
+		r.window = recv.Add(start + L)
 		r.until = sent.Add(start + T + L)
 	}
 	return nil

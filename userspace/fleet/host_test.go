@@ -58,7 +58,7 @@ func (l *fleetLab) run(d time.Duration) {
 			if err != nil {
 				l.t.Fatal(err)
 			}
-			if err := h.Apply(l.now, reps, ans); err != nil {
+			if err := h.Apply(l.now, l.now, reps, ans); err != nil {
 				l.t.Fatal(err)
 			}
 		}
@@ -193,7 +193,7 @@ func TestSimulationBound(t *testing.T) {
 		res, err := Simulate(SimParams{
 			Hosts: 40, Rules: 4, Duration: 8 * time.Second, ShiftAt: 4 * time.Second,
 			Tick: 50 * time.Millisecond, Interval: DefaultInterval, Step: time.Millisecond,
-			Skew: 1.2, Budget: 3000, Load: 2, Lost: lost, Seed: 3,
+			Skew: 1.2, Budget: 3000, Load: 2, Lost: lost, Seed: 3, RTT: 5 * time.Millisecond,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -27,6 +27,9 @@ type SimParams struct {
 	Load float64
 	// Lost is the probability that an exchange fails.
 	Lost float64
+	// RTT bounds an exchange's round trip (uniform in [0, RTT]): the store
+	// reads its clock half-way, the host gets the answer at the end.
+	RTT  time.Duration
 	Seed uint64
 }
 
@@ -67,7 +70,8 @@ var debugOver func(now time.Time, r int, hosts []*Host, rates []float64)
 func Simulate(p SimParams) (SimResult, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := start
-	store := NewMemStore(func() time.Time { return now }, p.Interval)
+	var storeDelay time.Duration
+	store := NewMemStore(func() time.Time { return now.Add(storeDelay) }, p.Interval)
 	rng := rand.New(rand.NewPCG(p.Seed, 1))
 	type hostSim struct {
 		h        *Host
@@ -157,11 +161,17 @@ func Simulate(p SimParams) (SimResult, error) {
 				if rng.Float64() < p.Lost {
 					hs.h.Fail(now)
 				} else {
+					rtt := time.Duration(0)
+					if p.RTT > 0 {
+						rtt = time.Duration(rng.Int64N(int64(p.RTT)))
+					}
+					storeDelay = rtt / 2
 					ans, err := store.Exchange(ctx, hs.name, reps)
+					storeDelay = 0
 					if err != nil {
 						return res, err
 					}
-					if err := hs.h.Apply(now, reps, ans); err != nil {
+					if err := hs.h.Apply(now, now.Add(rtt), reps, ans); err != nil {
 						return res, err
 					}
 				}
