@@ -12,6 +12,7 @@
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
+#include "resptime.h"
 #include "types.h"
 
 /* include/net/tcp_states.h */
@@ -136,10 +137,32 @@ static __always_inline int xl_sock_peer(const struct bpf_sock_ops *skops, struct
 	return 1;
 }
 
-/* A connection was passively established: count it toward the first (lowest
- * slot) concurrency rule its SYN matched, remember which in the socket's
- * storage, and ask for its state changes. Allowlisted peers are not
- * limited and not counted. */
+/* Served rules one connection counts toward at most: the lowest slots of
+ * its mask (a loop over the 64 bits is refused as an infinite one by the
+ * verifier of a loader without CAP_PERFMON; this one is unrolled). */
+#define XL_SERVED_MAX 4
+
+/* Counts one completed handshake toward the served rules of mask (the
+ * lowest XL_SERVED_MAX of them). */
+static __always_inline void xl_served_count(__u64 mask)
+{
+#pragma unroll
+	for (int i = 0; i < XL_SERVED_MAX; i++) {
+		if (!mask)
+			return;
+		__u32 slot = xl_lowest_bit(mask);
+		mask &= mask - 1;
+		__u64 *n = bpf_map_lookup_elem(&xl_served, &slot);
+		if (n)
+			*n += 1;
+	}
+}
+
+/* A connection was passively established: count the handshake toward
+ * every served rule its SYN matched (xl_served, resptime.h), and the
+ * connection toward the first (lowest slot) concurrency rule, remember
+ * which in the socket's storage, and ask for its state changes.
+ * Allowlisted peers are not limited and not counted. */
 static __always_inline void xl_conn_open(struct bpf_sock_ops *skops)
 {
 	__u32 zero = 0;
@@ -148,7 +171,7 @@ static __always_inline void xl_conn_open(struct bpf_sock_ops *skops)
 		return;
 	__u32 gen = *active & 1;
 	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
-	if (!g || !g->concurrent)
+	if (!g || !(g->concurrent | g->served))
 		return;
 	if (g->netns_cookie && bpf_get_netns_cookie(skops) != g->netns_cookie)
 		return;
@@ -158,7 +181,10 @@ static __always_inline void xl_conn_open(struct bpf_sock_ops *skops)
 	struct xl_prefix *src = xl_lookup_source(&pkt, gen, g);
 	if (src && (src->flags & XL_PREFIX_ALLOW))
 		return;
-	__u64 mask = xl_match(&pkt, gen, g, src) & g->concurrent;
+	__u64 mask = xl_match(&pkt, gen, g, src);
+	if (mask & g->served)
+		xl_served_count(mask & g->served);
+	mask &= g->concurrent;
 	if (!mask)
 		return;
 	__u32 slot = xl_lowest_bit(mask);

@@ -73,7 +73,8 @@ enum xl_reason {
 	XL_REASON_FRAGMENT_ORPHAN = 14, /* drop: later fragment, its first one not seen */
 	XL_REASON_ND_INVALID = 15,	/* neighbour discovery failing RFC 4861's checks */
 	XL_REASON_VLAN_DEPTH = 16,	/* more than XL_VLAN_MAX VLAN tags */
-	XL_REASON_MAX = 17,
+	XL_REASON_COOKIE = 17,		/* drop: answered with a SYN cookie (syncookie.h) */
+	XL_REASON_MAX = 18,
 };
 
 /* What became of a refused SYN's reset (xl_counters.resets, rule slots). */
@@ -98,11 +99,14 @@ enum xl_host_kind {
 enum xl_rule_flag {
 	XL_RULE_ACTIVE = 1 << 0,
 	XL_RULE_SHADOW = 1 << 1,
-	XL_RULE_BYTES = 1 << 2,	      /* cost is the frame length, not 1 */
-	XL_RULE_FRAG_DROP = 1 << 3,   /* drop non-first fragments outright */
-	XL_RULE_PER_SOURCE = 1 << 4,  /* a bucket per source prefix too */
-	XL_RULE_BAN = 1 << 5,	      /* ban sources that stay over their limit */
-	XL_RULE_CONCURRENCY = 1 << 6, /* gate new connections on xl_conns */
+	XL_RULE_BYTES = 1 << 2,		/* cost is the frame length, not 1 */
+	XL_RULE_FRAG_DROP = 1 << 3,	/* drop non-first fragments outright */
+	XL_RULE_PER_SOURCE = 1 << 4,	/* a bucket per source prefix too */
+	XL_RULE_BAN = 1 << 5,		/* ban sources that stay over their limit */
+	XL_RULE_CONCURRENCY = 1 << 6,	/* gate new connections on xl_conns */
+	XL_RULE_COOKIE_AUTO = 1 << 7,	/* SYN cookies once the rule's rate is spent */
+	XL_RULE_COOKIE_ALWAYS = 1 << 8, /* SYN cookies for every SYN of the rule */
+	XL_RULE_REFUSE_RESET = 1 << 9,	/* answer SYNs over the rate with a reset (refuse.h) */
 };
 
 /* xl_globals.flags */
@@ -179,6 +183,8 @@ struct xl_globals {
 	__u64 syn_only;			/* rules matching only TCP SYN without ACK */
 	__u64 src_filtered;		/* rules with a `sources` filter */
 	__u64 concurrent;		/* rules with XL_RULE_CONCURRENCY */
+	__u64 served;			/* rules whose handshakes are counted (xl_served) */
+	__u64 resp_time;		/* rules with signal response_time (resptime.h) */
 	/* The network namespace whose sockets xl_count_conns counts (the
 	 * interface's): a cgroup's sockets may live in any namespace. */
 	__u64 netns_cookie;

@@ -10,12 +10,16 @@
 #include "clock.h"
 #include "conns.h"
 #include "frag.h"
+#include "refuse.h"
 #include "reset.h"
+#include "resptime.h"
+#include "resptime_xdp.h"
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
 #include "source.h"
 #include "stats.h"
+#include "syncookie.h"
 #include "types.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -36,6 +40,8 @@ const struct xl_host_addr *xl_btf_host_addr __attribute__((unused));
 
 /* xl_apply_rule's flag: answer the dropped packet with a TCP reset. */
 #define XL_APPLY_RESET (1 << 16)
+/* xl_apply_rule's flag: answer the SYN with a SYN cookie (syncookie.h). */
+#define XL_APPLY_COOKIE (1 << 17)
 
 /* Applies the rule in one slot of a generation (key: gen * XL_MAX_RULES +
  * slot, its key in xl_rules) and counts its decision.
@@ -61,6 +67,7 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	__u32 verdict = XL_VERDICT_DROP;
 	__u32 reason = XL_REASON_RULE;
 	__u32 reset = 0;
+	__u32 cookie = 0;
 	if ((pkt->fragment | pkt->first_frag) && (r->flags & XL_RULE_FRAG_DROP)) {
 		reason = XL_REASON_FRAGMENT;
 		goto out;
@@ -70,6 +77,11 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
 	xl_cache_claim(c, r, b);
 	__u64 inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
+	if (xl_cookie_first(r, slot, pkt, b, inc, now)) {
+		reason = XL_REASON_COOKIE;
+		cookie = XL_APPLY_COOKIE;
+		goto out;
+	}
 
 	/* New connections meet the breaker's and the concurrency gates. A
 	 * refused one is answered with a reset, so that its client fails at
@@ -98,10 +110,17 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		reason = XL_REASON_ADMIT;
 	}
 out:
+	if (reason == XL_REASON_RULE && xl_cookie_overflow(r, slot, pkt, now)) {
+		reason = XL_REASON_COOKIE;
+		cookie = XL_APPLY_COOKIE;
+	}
+	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE) &&
+	    xl_refuse_reset(ctx, gen, slot, r, pkt, st, len, now))
+		reset = XL_APPLY_RESET;
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
 		verdict = XL_VERDICT_WOULD_DROP;
 	xl_count(slot, verdict, reason, len);
-	return verdict | reason << 8 | (verdict == XL_VERDICT_DROP ? reset : 0);
+	return verdict | reason << 8 | (verdict == XL_VERDICT_DROP ? reset | cookie : 0);
 }
 
 SEC("xdp")
@@ -116,6 +135,9 @@ int xlimit_xdp(struct xdp_md *ctx)
 	__u32 verdict = XL_VERDICT_PASS;
 	__u32 reason = XL_REASON_NO_RULE;
 	__u32 reset = 0;
+	/* gen * XL_MAX_RULES + slot + 1 of the rule that answers with a SYN
+	 * cookie, or 0. */
+	__u32 cookie = 0;
 	__u32 zero = 0;
 
 	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
@@ -200,10 +222,17 @@ int xlimit_xdp(struct xdp_md *ctx)
 			verdict = XL_VERDICT_DROP;
 			reason = (res >> 8) & 0xff;
 			reset = res & XL_APPLY_RESET;
+			if (res & XL_APPLY_COOKIE)
+				cookie = gen * XL_MAX_RULES + i + 1;
 			dropped = i + 1;
 			break;
 		}
 	}
+	/* Requests to response_time rules are stamped (resptime_xdp.h). */
+	if (g->resp_time && verdict == XL_VERDICT_PASS)
+		xl_resp_ingress(ctx, gen,
+				g->resp_time & (~g->src_filtered | (src ? src->rules : 0)),
+				XL_RESP_ARGS(&pkt));
 	if (pkt.first_frag | pkt.fragment)
 		xl_frag_done(&pkt, g, frag, mask, dropped);
 	goto out;
@@ -217,6 +246,8 @@ out:
 	xl_count(XL_GLOBAL_SLOT, verdict, reason, len);
 	if (reset && xl_reply_reset(ctx, &pkt) == 0)
 		return XDP_TX;
+	if (cookie)
+		return xl_reply_cookie(ctx, &pkt, cookie - 1);
 	return verdict == XL_VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 

@@ -33,11 +33,11 @@ import (
 type Options struct {
 	Config      string // rules file; with RulesSource, bootstrap rules only
 	RulesSource string // URL of the rules in Redis (docs/fleet.md); "" for none
+	Fleet       string // URL of the fleet store (docs/fleet.md); "" for none
+	NodeName    string // this host in the fleet store; "": the hostname
 	// RulesSourcePasswordFile holds the rules source's password; ""
 	// takes $XLIMIT_RULES_SOURCE_PASSWORD, if set.
 	RulesSourcePasswordFile string
-	Fleet                   string        // URL of the fleet store (docs/fleet.md); "" for none
-	NodeName                string        // this host in the fleet store; "": the hostname
 	Interfaces              []string      // interfaces to protect; empty: the rules file's
 	Mode                    loader.Mode   // XDP attach mode
 	MetricsAddr             string        // Prometheus listen address; "" for none
@@ -194,6 +194,13 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	} else {
 		defer host.Close()
 		reader.Host = host
+		// The kernel's per-rule handshakes and response times (measures.go).
+		if s, ok := host.(interface {
+			SetSources(xsignal.HandshakeCounter, xsignal.ResponseTimes)
+		}); ok {
+			km := &kernelMeasures{d: d}
+			s.SetSources(km, km)
+		}
 		d.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
 			// reported, whichever is the higher fraction of its threshold.
@@ -216,6 +223,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if err := d.attachAll(ifaces, start); err != nil {
 		return err
 	}
+	defer d.watchHostAddrs(ctx)() // hostaddrs.go: what the program may answer
 	if err := d.applyDocument(start.doc, start); err != nil {
 		return err
 	}

@@ -174,6 +174,16 @@ func (d *daemon) apply(pd *prepared) error {
 		plans[a.Iface] = p
 	}
 	for _, a := range d.attach {
+		// Never a silent fallback: a kernel that cannot check the
+		// cookies' ACKs refuses the rules that would send them.
+		if plans[a.Iface].HasCookies() && a.CookieErr != nil {
+			return fmt.Errorf("apply rules to %s: syn_cookies: %w", a.Iface, a.CookieErr)
+		}
+	}
+	if err := d.checkKernel(plans); err != nil { // measures.go: response_time
+		return err
+	}
+	for _, a := range d.attach {
 		if err := a.Tables().Apply(plans[a.Iface]); err != nil {
 			return fmt.Errorf("apply rules to %s: %w", a.Iface, err)
 		}

@@ -56,6 +56,7 @@ func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
 		return st, err
 	}
 	now := MonotonicNS()
+	st.CountersReadNS = now
 	for _, slot := range plan.ActiveSlots() {
 		r := &plan.Rules[slot]
 		rs := api.RuleStatus{
@@ -98,6 +99,15 @@ func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
 			}
 			rs.PerSource = ps
 		}
+		if mode := cookieMode(r.Flags); mode != "" {
+			c, err := t.CookieCounters(slot)
+			if err != nil {
+				return st, err
+			}
+			rs.SynCookies = &api.SynCookieStatus{Mode: mode, Sent: c.Sent, Validated: c.Validated, Failed: c.Failed,
+				Refused: c.Refused, AssignFailed: c.AssignFailed, OverBudget: c.OverBudget, NotLocal: c.NotLocal,
+				Unanswerable: c.Unanswerable}
+		}
 		st.Rules = append(st.Rules, rs)
 	}
 	st.Total = toCounterStatus(&counters[dataplane.GlobalSlot])
@@ -107,6 +117,17 @@ func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
 	}
 	st.Memory = toMemoryStatus(mem)
 	return st, nil
+}
+
+// cookieMode is a rule's syn_cookies mode from its flags ("" when off).
+func cookieMode(flags uint32) string {
+	switch {
+	case flags&dataplane.RuleCookieAlways != 0:
+		return dataplane.CookiesAlways
+	case flags&dataplane.RuleCookieAuto != 0:
+		return dataplane.CookiesAuto
+	}
+	return ""
 }
 
 // gateState names a breaker gate as the kernel applies it.

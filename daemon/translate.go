@@ -53,6 +53,9 @@ func Translate(cfg *config.Config) *Specs {
 		NotEnforced: notEnforced(cfg),
 	}
 	guardSpec(s.Dataplane, nil, cfg.Management) // guard.go
+	if sc := cfg.SynCookies; sc != nil {
+		s.Dataplane.CookieRate = sc.AnswerRate
+	}
 	if sys := cfg.System; sys != nil {
 		s.System = &control.SystemParams{CPUHigh: sys.CPUHigh}
 		s.PressureHigh = sys.PressureHigh
@@ -80,6 +83,11 @@ func Translate(cfg *config.Config) *Specs {
 		}
 		s.Control = append(s.Control, cr)
 		s.Signals[r.Name] = signalRule(r)
+		// A steered TCP rule's service rate: the kernel counts its
+		// handshakes (bpf/resptime.h).
+		if dr := &s.Dataplane.Rules[len(s.Dataplane.Rules)-1]; dr.Protocol == "tcp" || dr.Protocol == "any" {
+			dr.ServiceRate = true
+		}
 	}
 	if len(s.Queues.Queues) > 0 {
 		s.Queues.Allow = cfg.Allow
@@ -99,6 +107,12 @@ func dataplaneRule(r *config.Rule) dataplane.RuleSpec {
 		Shadow:    r.Shadow,
 		Fragments: string(r.Fragments),
 		Ports:     r.MergedPorts(),
+		// Compile checks the mode again; "" is off.
+		SynCookies: string(r.SynCookies),
+		Refuse:     string(r.Refuse),
+	}
+	if a := r.Adaptive; a != nil && a.Signal == config.SignalResponseTime {
+		rs.ResponseTime = true
 	}
 	if c := r.Concurrency; c != nil {
 		rs.Concurrency = &dataplane.ConcurrencySpec{Soft: c.Soft, Max: c.Max}

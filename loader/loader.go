@@ -88,11 +88,22 @@ type Attachment struct {
 	// counted (the sock_ops program is not attached): concurrency limits
 	// then never refuse a connection. Everything else works.
 	ConnCountErr error
+	// RespTimeErr, when not nil, says why responses are not timed (the TC
+	// egress program is not attached, resptime.go): rules with signal
+	// response_time are then refused. Everything else works.
+	RespTimeErr error
 
-	objs    *maps.Objects
-	link    link.Link
-	sockOps link.Link
-	lock    *os.File
+	// CookieErr, when not nil, says why rules with syn_cookies cannot run
+	// here (the TC program of their ACK side is not attached; cookie.go).
+	CookieErr error
+
+	cookieProg *maps.CookieProgram
+	cookieLink link.Link
+	objs       *maps.Objects
+	link       link.Link
+	sockOps    link.Link
+	respTime   link.Link
+	lock       *os.File
 }
 
 // Attach loads the program for iface, adopting pinned maps, and attaches it
@@ -178,6 +189,8 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if a.ConnCountErr == nil {
 		a.ConnCountErr = a.attachSockOps(a.objs.SockOps(), cgroup)
 	}
+	a.CookieErr = a.attachCookies()
+	a.RespTimeErr = a.attachRespTime()
 	return a, nil
 }
 
@@ -251,6 +264,11 @@ func (a *Attachment) Close() error {
 		errs = append(errs, a.sockOps.Close())
 		a.sockOps = nil
 	}
+	if a.respTime != nil {
+		errs = append(errs, a.respTime.Close())
+		a.respTime = nil
+	}
+	errs = append(errs, a.closeCookies())
 	if a.objs != nil {
 		errs = append(errs, a.objs.Close())
 		a.objs = nil
@@ -275,7 +293,7 @@ func Detach(bpffs, iface string) error {
 		return fmt.Errorf("detach %s: nothing pinned in %s: %w", iface, dir, err)
 	}
 	var errs []error
-	for _, pin := range []string{linkPin, sockOpsPin} {
+	for _, pin := range []string{linkPin, sockOpsPin, respTimePin, cookiePin} {
 		errs = append(errs, detachPinnedLink(filepath.Join(dir, pin)))
 	}
 	entries, err := os.ReadDir(dir)

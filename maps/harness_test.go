@@ -189,7 +189,7 @@ func (h *harness) run(tb testing.TB, frame []byte, now uint64) (pass bool, res d
 	ret, _ := h.kernelRunOut(tb, frame, now, 1)
 	pass = ret == xdpPass
 	res = h.model.Eval(frame, now)
-	if pass != res.Pass() || (ret == xdpTx) != res.Reset {
+	if pass != res.Pass() || (ret == xdpTx) != (res.Reset || res.Cookie) {
 		tb.Fatalf("at %d ns, frame %x: kernel returned %d, model %v/%v reset=%v", now, frame, ret, res.Verdict, res.Reason, res.Reset)
 	}
 	return pass, res

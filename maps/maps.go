@@ -133,6 +133,8 @@ func PinnedNames() []string {
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget,
+		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats,
+		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists,
 	}
 }
 
@@ -141,6 +143,8 @@ func PinnedNames() []string {
 type Tables struct {
 	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources, conns *ebpf.Map
 	hostAddrs                                                                                  *ebpf.Map
+	cookie                                                                                     *cookieMaps // cookie.go
+	resp                                                                                       *respMaps   // resptime.go
 	owned                                                                                      bool
 }
 
@@ -151,7 +155,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
-		conns: m.XlConns, hostAddrs: m.XlHostAddrs,
+		conns: m.XlConns, hostAddrs: m.XlHostAddrs, cookie: o.cookieMaps(), resp: o.respMaps(),
 	}
 }
 
@@ -178,6 +182,16 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		}
 		*m.dst = mp
 	}
+	c, err := openCookieMaps(dir, opts)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.cookie = c
+	if t.resp, err = openRespMaps(dir, opts); err != nil {
+		t.Close()
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -193,6 +207,7 @@ func (t *Tables) Close() error {
 			errs = append(errs, m.Close())
 		}
 	}
+	errs = append(errs, t.cookie.close(), t.resp.close())
 	return errors.Join(errs...)
 }
 
@@ -256,6 +271,8 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 		SynOnly:     p.Globals.SynOnly,
 		SrcFiltered: p.Globals.SrcFiltered,
 		Concurrent:  p.Globals.Concurrent,
+		Served:      p.Globals.Served,
+		RespTime:    p.Globals.RespTime,
 		NetnsCookie: netnsCookie(),
 		Reset:       xdpXlBucket{Mult: p.Globals.Reset.Mult, Tol: p.Globals.Reset.Tol},
 		Flags:       p.Globals.Flags,
@@ -263,7 +280,7 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 	if err := t.config.Update(gen, &g, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write globals: %w", err)
 	}
-	return nil
+	return t.writeCookies(gen, p)
 }
 
 func (t *Tables) writePrefixes(gen uint32, p *dataplane.Plan) error {
@@ -339,8 +356,12 @@ func (t *Tables) ReadPlan() (*dataplane.Plan, error) {
 		return nil, fmt.Errorf("read globals: %w", err)
 	}
 	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Concurrent: g.Concurrent,
+		Served: g.Served, RespTime: g.RespTime,
 		Reset: dataplane.Bucket{Mult: g.Reset.Mult, Tol: g.Reset.Tol}, Flags: g.Flags}
 
+	if p.Cookies, err = t.readCookies(gen); err != nil {
+		return nil, err
+	}
 	vals, err := t.allPorts()
 	if err != nil {
 		return nil, err

@@ -45,12 +45,59 @@ type xdpXlConns struct {
 	Pad   uint32
 }
 
+type xdpXlCookieCfg struct {
+	_      structs.HostLayout
+	Budget xdpXlBucket
+	Rules  uint64
+	Mss4   uint16
+	Mss6   uint16
+	Pad    uint32
+}
+
+type xdpXlCookieCounters struct {
+	_            structs.HostLayout
+	Sent         uint64
+	OverBudget   uint64
+	NotLocal     uint64
+	Unanswerable uint64
+	Validated    uint64
+	Failed       uint64
+	Refused      uint64
+	AssignFailed uint64
+}
+
+type xdpXlCookieState struct {
+	_       structs.HostLayout
+	SynTat  uint64
+	UntilNs uint64
+	LastNs  uint64
+	Epoch   uint32
+	Pad     uint32
+}
+
 type xdpXlCounters struct {
 	_       structs.HostLayout
 	Packets [3]uint64
 	Bytes   [3]uint64
-	Reasons [17]uint64
+	Reasons [18]uint64
 	Resets  [6]uint64
+}
+
+type xdpXlFlow struct {
+	_       structs.HostLayout
+	StampNs uint64
+	Slot    uint32
+	Pad     uint32
+}
+
+type xdpXlFlowKey struct {
+	_      structs.HostLayout
+	Saddr  [16]uint8
+	Daddr  [16]uint8
+	Sport  uint16
+	Dport  uint16
+	Family uint8
+	Pad    [3]uint8
 }
 
 type xdpXlFrag struct {
@@ -85,6 +132,8 @@ type xdpXlGlobals struct {
 	SynOnly     uint64
 	SrcFiltered uint64
 	Concurrent  uint64
+	Served      uint64
+	RespTime    uint64
 	NetnsCookie uint64
 	Reset       xdpXlBucket
 	Flags       uint32
@@ -180,7 +229,8 @@ const (
 	xdpXlReasonXL_REASON_FRAGMENT_ORPHAN xdpXlReason = 14
 	xdpXlReasonXL_REASON_ND_INVALID      xdpXlReason = 15
 	xdpXlReasonXL_REASON_VLAN_DEPTH      xdpXlReason = 16
-	xdpXlReasonXL_REASON_MAX             xdpXlReason = 17
+	xdpXlReasonXL_REASON_COOKIE          xdpXlReason = 17
+	xdpXlReasonXL_REASON_MAX             xdpXlReason = 18
 )
 
 type xdpXlResetOutcome uint32
@@ -194,6 +244,14 @@ const (
 	xdpXlResetOutcomeXL_RESET_GLOBAL_BUDGET xdpXlResetOutcome = 5
 	xdpXlResetOutcomeXL_RESET_MAX           xdpXlResetOutcome = 6
 )
+
+type xdpXlRespHist struct {
+	_       structs.HostLayout
+	Stamps  uint64
+	Count   uint64
+	SumNs   uint64
+	Buckets [96]uint64
+}
 
 type xdpXlRule struct {
 	_          structs.HostLayout
@@ -215,13 +273,16 @@ type xdpXlRule struct {
 type xdpXlRuleFlag uint32
 
 const (
-	xdpXlRuleFlagXL_RULE_ACTIVE      xdpXlRuleFlag = 1
-	xdpXlRuleFlagXL_RULE_SHADOW      xdpXlRuleFlag = 2
-	xdpXlRuleFlagXL_RULE_BYTES       xdpXlRuleFlag = 4
-	xdpXlRuleFlagXL_RULE_FRAG_DROP   xdpXlRuleFlag = 8
-	xdpXlRuleFlagXL_RULE_PER_SOURCE  xdpXlRuleFlag = 16
-	xdpXlRuleFlagXL_RULE_BAN         xdpXlRuleFlag = 32
-	xdpXlRuleFlagXL_RULE_CONCURRENCY xdpXlRuleFlag = 64
+	xdpXlRuleFlagXL_RULE_ACTIVE        xdpXlRuleFlag = 1
+	xdpXlRuleFlagXL_RULE_SHADOW        xdpXlRuleFlag = 2
+	xdpXlRuleFlagXL_RULE_BYTES         xdpXlRuleFlag = 4
+	xdpXlRuleFlagXL_RULE_FRAG_DROP     xdpXlRuleFlag = 8
+	xdpXlRuleFlagXL_RULE_PER_SOURCE    xdpXlRuleFlag = 16
+	xdpXlRuleFlagXL_RULE_BAN           xdpXlRuleFlag = 32
+	xdpXlRuleFlagXL_RULE_CONCURRENCY   xdpXlRuleFlag = 64
+	xdpXlRuleFlagXL_RULE_COOKIE_AUTO   xdpXlRuleFlag = 128
+	xdpXlRuleFlagXL_RULE_COOKIE_ALWAYS xdpXlRuleFlag = 256
+	xdpXlRuleFlagXL_RULE_REFUSE_RESET  xdpXlRuleFlag = 512
 )
 
 type xdpXlSkConn struct {
@@ -267,6 +328,9 @@ const (
 	xdpMapXlClock           = "xl_clock"
 	xdpMapXlConfig          = "xl_config"
 	xdpMapXlConns           = "xl_conns"
+	xdpMapXlCookieCfg       = "xl_cookie_cfg"
+	xdpMapXlCookieState     = "xl_cookie_state"
+	xdpMapXlCookieStats     = "xl_cookie_stats"
 	xdpMapXlFrags           = "xl_frags"
 	xdpMapXlGen             = "xl_gen"
 	xdpMapXlHostAddrs       = "xl_host_addrs"
@@ -275,7 +339,10 @@ const (
 	xdpMapXlPrefix4         = "xl_prefix4"
 	xdpMapXlPrefix6         = "xl_prefix6"
 	xdpMapXlResetBudget     = "xl_reset_budget"
+	xdpMapXlRespFlows       = "xl_resp_flows"
+	xdpMapXlRespHists       = "xl_resp_hists"
 	xdpMapXlRules           = "xl_rules"
+	xdpMapXlServed          = "xl_served"
 	xdpMapXlSkConns         = "xl_sk_conns"
 	xdpMapXlSources         = "xl_sources"
 	xdpMapXlStats           = "xl_stats"
@@ -351,6 +418,9 @@ type xdpMapSpecs struct {
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
+	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
+	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
+	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -359,7 +429,10 @@ type xdpMapSpecs struct {
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
+	XlRespFlows   *ebpf.MapSpec `ebpf:"xl_resp_flows"`
+	XlRespHists   *ebpf.MapSpec `ebpf:"xl_resp_hists"`
 	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
+	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
@@ -409,6 +482,9 @@ type xdpMaps struct {
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig      *ebpf.Map `ebpf:"xl_config"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
+	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
+	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
+	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -417,7 +493,10 @@ type xdpMaps struct {
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
+	XlRespFlows   *ebpf.Map `ebpf:"xl_resp_flows"`
+	XlRespHists   *ebpf.Map `ebpf:"xl_resp_hists"`
 	XlRules       *ebpf.Map `ebpf:"xl_rules"`
+	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
@@ -430,6 +509,9 @@ func (m *xdpMaps) Close() error {
 		m.XlClock,
 		m.XlConfig,
 		m.XlConns,
+		m.XlCookieCfg,
+		m.XlCookieState,
+		m.XlCookieStats,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,
@@ -438,7 +520,10 @@ func (m *xdpMaps) Close() error {
 		m.XlPrefix4,
 		m.XlPrefix6,
 		m.XlResetBudget,
+		m.XlRespFlows,
+		m.XlRespHists,
 		m.XlRules,
+		m.XlServed,
 		m.XlSkConns,
 		m.XlSources,
 		m.XlStats,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/xlimit/xlimit/daemon"
+	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lockout"
@@ -36,9 +37,17 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 		}
 		// The compiler is the last judge: what it refuses, run would refuse.
 		specs := daemon.Translate(cfg)
-		if _, err := dataplane.Compile(specs.Dataplane, nil); err != nil {
+		plan, err := dataplane.Compile(specs.Dataplane, nil)
+		if err != nil {
 			ch <- result{cfg: cfg, err: fmt.Errorf("%s: %w", file, err)}
 			return
+		}
+		// syn_cookies needs a kernel feature: check this kernel's.
+		if plan.HasCookies() {
+			if err := loader.CookieSupport(); err != nil {
+				ch <- result{cfg: cfg, err: fmt.Errorf("%s: %w", file, err)}
+				return
+			}
 		}
 		ch <- result{cfg: cfg, specs: specs}
 	}()

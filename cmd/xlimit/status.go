@@ -158,6 +158,10 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 		if c := r.Concurrency; c != nil {
 			fmt.Fprintf(w, "  %s: %d connections in flight (concurrency soft %d, max %d)\n", r.Name, c.InFlight, c.Soft, c.Max)
 		}
+		if c := r.SynCookies; c != nil {
+			fmt.Fprintf(w, "  %s: syn_cookies %s: %d sent, %d validated, %d failed, %d refused, %d not assigned; unanswered: %d over budget, %d not local, %d unanswerable\n",
+				r.Name, c.Mode, c.Sent, c.Validated, c.Failed, c.Refused, c.AssignFailed, c.OverBudget, c.NotLocal, c.Unanswerable)
+		}
 		switch r.Breaker {
 		case "open":
 			fmt.Fprintf(w, "  %s: circuit breaker open: new connections refused at XDP\n", r.Name)

@@ -202,6 +202,12 @@ func (t *topView) frame(cur topSample, prev *topSample) string {
 
 func (t *topView) ifaceFrame(b *strings.Builder, is *ifaceSample, prev *ifaceStatus, dt float64) {
 	st := &is.st
+	if prev != nil && prev.CountersReadNS != 0 && st.CountersReadNS > prev.CountersReadNS {
+		// The interval between the two counter reads, not between the
+		// samples: reading the rest of a status can take long on a busy
+		// host.
+		dt = float64(st.CountersReadNS-prev.CountersReadNS) / 1e9
+	}
 	b.WriteString("\n")
 	if is.err != nil {
 		fmt.Fprintf(b, "%s  %s\n", t.style(styleBold, is.name), t.badge("ERROR"))

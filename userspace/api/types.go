@@ -18,15 +18,19 @@ type StatusReport struct {
 
 // IfaceStatus is one interface of a StatusReport.
 type IfaceStatus struct {
-	Iface      string        `json:"iface"`
-	PinDir     string        `json:"pin_dir"`
-	Attached   bool          `json:"attached"`
-	Ifindex    int           `json:"ifindex,omitempty"`
-	ProgramID  uint32        `json:"program_id,omitempty"`
-	LinkID     uint32        `json:"link_id,omitempty"`
-	Generation uint32        `json:"generation"`
-	Rules      []RuleStatus  `json:"rules"`
-	Total      CounterStatus `json:"total"`
+	Iface      string `json:"iface"`
+	PinDir     string `json:"pin_dir"`
+	Attached   bool   `json:"attached"`
+	Ifindex    int    `json:"ifindex,omitempty"`
+	ProgramID  uint32 `json:"program_id,omitempty"`
+	LinkID     uint32 `json:"link_id,omitempty"`
+	Generation uint32 `json:"generation"`
+	// CountersReadNS is when the counters were read (CLOCK_MONOTONIC, ns):
+	// rates from two reports divide by the difference of these, never by
+	// the time between the requests.
+	CountersReadNS uint64        `json:"counters_read_ns,omitempty"`
+	Rules          []RuleStatus  `json:"rules"`
+	Total          CounterStatus `json:"total"`
 	// Memory is the kernel memory of the interface's maps.
 	Memory *MemoryStatus `json:"memory,omitempty"`
 }
@@ -49,6 +53,26 @@ type RuleStatus struct {
 	// kernel applies it: "open" (all refused), "half_open" (probes pass);
 	// empty when no gate is in force.
 	Breaker string `json:"breaker,omitempty"`
+	// SynCookies is the rule's SYN cookie mode and counters (rules with
+	// syn_cookies auto or always).
+	SynCookies *SynCookieStatus `json:"syn_cookies,omitempty"`
+}
+
+// SynCookieStatus is what a rule's SYN cookies did (docs/dataplane.md,
+// "SYN cookies"), the slot's counters summed over CPUs like the rule's
+// others: counted by XDP (sent, and the SYNs not answered, by why) and by
+// the TC program that checks the returning ACKs (validated, failed,
+// refused, assign_failed).
+type SynCookieStatus struct {
+	Mode         string `json:"mode"`          // auto | always
+	Sent         uint64 `json:"sent"`          // SYN-ACKs with a cookie sent
+	Validated    uint64 `json:"validated"`     // ACKs with a valid cookie, charged and handed to the listener
+	Failed       uint64 `json:"failed"`        // ACKs to the listener whose cookie was not valid
+	Refused      uint64 `json:"refused"`       // valid cookies the rule refused (its rate, its gates)
+	AssignFailed uint64 `json:"assign_failed"` // valid and admitted, but the kernel refused to create the socket
+	OverBudget   uint64 `json:"over_budget"`   // SYNs not answered: the host's answer budget was spent
+	NotLocal     uint64 `json:"not_local"`     // SYNs not answered: not to one of the host's addresses
+	Unanswerable uint64 `json:"unanswerable"`  // SYNs not answered: IP options, extension headers, a cut header
 }
 
 // ConcurrencyStatus is a rule's concurrency limit and the connections in

@@ -199,6 +199,9 @@ type Config struct {
 	Rules           []Rule
 	// System is the host-wide protection, nil when absent.
 	System *System
+	// SynCookies are the host-wide settings of SYN cookies (syncookies.go);
+	// nil when absent (the defaults).
+	SynCookies *SynCookies
 	// Management is what no rule may throttle (management.go); nil when
 	// absent.
 	Management *Management
@@ -233,7 +236,10 @@ type Rule struct {
 	CircuitBreaker *CircuitBreaker // nil when absent
 	Fleet          *Fleet          // nil when absent (docs/fleet.md)
 	Shadow         bool
-	Fragments      FragmentPolicy
+	// SynCookies: off (""), auto or always (docs/dataplane.md, "SYN
+	// cookies"); syn_only rules only.
+	SynCookies SynCookieMode
+	Fragments  FragmentPolicy
 	// Refuse is how refused SYNs are answered: "" (drop) or RefuseReset.
 	Refuse Refuse
 	// Line is the line of the rule's mapping in the file.
@@ -383,3 +389,14 @@ func MergePorts(ports []dataplane.PortRange) []dataplane.PortRange {
 	}
 	return out
 }
+
+// SynCookieMode is a rule's syn_cookies.
+type SynCookieMode string
+
+// SYN cookie modes. The default is off: answering SYNs makes the host send
+// packets it did not before, and the ACK side needs Linux 6.9.
+const (
+	SynCookiesOff    SynCookieMode = "off"
+	SynCookiesAuto   SynCookieMode = "auto"
+	SynCookiesAlways SynCookieMode = "always"
+)

@@ -565,7 +565,7 @@ func TestMultipleErrors(t *testing.T) {
 		"rules.yaml:6: rules[0].ports[2]: reversed range \"9000-8000\" (did you mean \"8000-9000\"?)",
 		"rules.yaml:7: rules[0].syn_only: requires protocol tcp (protocol is udp)",
 		"rules.yaml:8: rules[0].rate: must be greater than 0, got -1",
-		"rules.yaml:9: rules[0].colour: unknown key (known keys: name, protocol, ports, syn_only, sources, unit, rate, burst, behavior, warm_up, paced, adaptive, per_source, concurrency, circuit_breaker, shadow, fragments, refuse, fleet)",
+		"rules.yaml:9: rules[0].colour: unknown key (known keys: name, protocol, ports, syn_only, sources, unit, rate, burst, behavior, warm_up, paced, adaptive, per_source, concurrency, circuit_breaker, shadow, fragments, refuse, syn_cookies, fleet)",
 		"rules.yaml:10: rules[1].name: duplicate rule name \"web\" (first at line 4)",
 		"rules.yaml:14: rules[1].adaptive.target_latency: 25 has no unit: durations are Go durations such as \"500ms\" or \"10s\"",
 		"rules.yaml:14: rules[1].adaptive.min_rate: min_rate 20 is above max_rate 10",

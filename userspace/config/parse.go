@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table_size", "rules", "system", "management"}
+var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table_size", "rules", "system", "management", "syn_cookies"}
 
 // Parse decodes and validates a rules file. file names the file in error
 // messages. On failure it returns a nil *Config and the errors.Join of
@@ -164,6 +164,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 
 	c.Management = p.management(m)
+	p.synCookies(m, c) // syncookies.go
 
 	items, at, _ := p.list(m, "rules")
 	names := map[string]int{}
@@ -189,6 +190,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		c.Rules = append(c.Rules, *r)
 	}
 	p.checkLimits(m, c)
+	p.checkSynCookies(m, c)
 	p.checkManaged(m, c)
 	p.checkFleet(c)
 	return c

@@ -9,7 +9,7 @@ import (
 var (
 	ruleKeys = []string{"name", "protocol", "ports", "syn_only", "sources", "unit", "rate", "burst",
 		"behavior", "warm_up", "paced", "adaptive", "per_source", "concurrency", "circuit_breaker",
-		"shadow", "fragments", "refuse"}
+		"shadow", "fragments", "refuse", "syn_cookies"}
 	warmUpKeys   = []string{"period", "cold_factor"}
 	pacedKeys    = []string{"max_queueing_time", "queue"}
 	adaptiveKeys = []string{"target_latency", "min_rate", "max_rate", "ka", "km", "gamma", "alpha",
@@ -187,6 +187,18 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 			if v == RefuseReset {
 				r.Refuse = v
 			}
+		}
+	}
+
+	if m.has("syn_cookies") {
+		if v, at, ok := enum(p, m, "syn_cookies", SynCookiesOff, SynCookiesAuto, SynCookiesAlways); ok {
+			if v != SynCookiesOff && !synOnly {
+				p.errorf(at, "%s answers SYNs of a new-connection rule: requires syn_only: true (and protocol tcp)", v)
+			}
+			if v != SynCookiesOff && r.Refuse == RefuseReset {
+				p.errorf(at, "%s answers the SYNs over the rate with cookies; refuse: reset would answer them too: choose one", v)
+			}
+			r.SynCookies = v
 		}
 	}
 

@@ -89,6 +89,7 @@ const (
 	ReasonFragOrphan
 	ReasonNDInvalid
 	ReasonVLANDepth
+	ReasonCookie // answered with a SYN cookie (syncookie.h)
 	ReasonMax
 )
 
@@ -96,6 +97,7 @@ var reasonNames = [...]string{
 	"no_rule", "allow", "admit", "not_ip", "deny", "rule", "source",
 	"concurrency", "breaker", "fragment", "malformed_l2", "malformed_l3",
 	"malformed_l4", "ext_limit", "fragment_orphan", "nd_invalid", "vlan_depth",
+	"cookie",
 }
 
 func (r Reason) String() string {
@@ -152,13 +154,16 @@ var RuleDropReasons = []Reason{ReasonRule, ReasonSource, ReasonConcurrency, Reas
 
 // Rule flags (enum xl_rule_flag).
 const (
-	RuleActive      uint32 = 1 << 0
-	RuleShadow      uint32 = 1 << 1
-	RuleBytes       uint32 = 1 << 2
-	RuleFragDrop    uint32 = 1 << 3
-	RulePerSource   uint32 = 1 << 4
-	RuleBan         uint32 = 1 << 5
-	RuleConcurrency uint32 = 1 << 6
+	RuleActive       uint32 = 1 << 0
+	RuleShadow       uint32 = 1 << 1
+	RuleBytes        uint32 = 1 << 2
+	RuleFragDrop     uint32 = 1 << 3
+	RulePerSource    uint32 = 1 << 4
+	RuleBan          uint32 = 1 << 5
+	RuleConcurrency  uint32 = 1 << 6
+	RuleCookieAuto   uint32 = 1 << 7 // SYN cookies once the rule's rate is spent
+	RuleCookieAlways uint32 = 1 << 8 // SYN cookies for every SYN of the rule
+	RuleRefuseReset  uint32 = 1 << 9 // answer SYNs refused over the rate with a reset (refuse.h)
 )
 
 // Global flags (enum xl_global_flag).

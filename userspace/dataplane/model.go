@@ -14,6 +14,11 @@ type Model struct {
 	sources  map[SourceKey]*SourceState
 	frags    map[FragKey]*fragState
 	resetTAT uint64 // the reset bucket of all rules (xl_reset_budget)
+	// SYN cookies (cookie.go): each rule's state and the budget's.
+	cookies         [MaxRules]cookieState
+	cookieBudgetTAT uint64
+	// CookieCounters are the rules' cookie counters (xl_cookie_stats).
+	CookieCounters [MaxRules]CookieCounters
 	Counters [CounterSlots]Counters
 	// Host holds the host's own addresses (xl_host_addrs): a refused SYN
 	// is answered with a reset only when addressed to them.
@@ -163,6 +168,9 @@ type Result struct {
 	// Reset: the dropped SYN is answered with a TCP reset (the kernel
 	// returns XDP_TX with the frame rewritten; reset.h).
 	Reset bool
+	// Cookie: the SYN is answered with a SYN-ACK carrying a SYN cookie
+	// (XDP_TX; syncookie.h).
+	Cookie bool
 }
 
 // Pass reports whether the kernel would return XDP_PASS.
@@ -273,12 +281,19 @@ func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64)
 			continue
 		}
 		v, why, reset := m.applyRule(frame, r, i, pkt, nowNS)
+		if why == ReasonRule && m.cookieOverflow(r, i, pkt, nowNS) {
+			why = ReasonCookie
+		}
 		if v == VerdictDrop && r.Flags&RuleShadow != 0 {
 			v = VerdictWouldDrop
 		}
 		m.Counters[i].count(v, why, uint64(pkt.Len))
 		if v == VerdictDrop {
-			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset}, i + 1
+			res := Result{Verdict: VerdictDrop, Reason: why, Reset: reset}
+			if why == ReasonCookie {
+				res.Cookie = m.cookieAnswer(frame, pkt, i, nowNS)
+			}
+			return res, i + 1
 		}
 	}
 	return res, 0
@@ -327,6 +342,9 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 		cost = uint64(pkt.Len)
 	}
 	inc := b.Inc(cost)
+	if m.cookieFirst(r, slot, pkt, b, inc, nowNS) {
+		return VerdictDrop, ReasonCookie, false
+	}
 	if pkt.SYN {
 		why := ReasonRule
 		if fresh && !m.gateAdmit(&lim.Gate, st) {
@@ -343,16 +361,26 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 			return VerdictDrop, why, out == ResetSent
 		}
 	}
+	// A SYN refused over the rate: answered with a reset under
+	// `refuse: reset` (refuse.h), through the gates' reset path.
+	refuse := func(why Reason) (Verdict, Reason, bool) {
+		if !pkt.SYN || r.Flags&RuleRefuseReset == 0 || r.Flags&RuleShadow != 0 {
+			return VerdictDrop, why, false
+		}
+		out := m.resetDecide(frame, pkt, st, &b, inc, nowNS)
+		m.Counters[slot].Resets[out]++
+		return VerdictDrop, why, out == ResetSent
+	}
 	if c.Credit < inc && nowNS < c.RetryNS {
-		return VerdictDrop, ReasonRule, false
+		return refuse(ReasonRule)
 	}
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
-		return VerdictDrop, ReasonSource, false
+		return refuse(ReasonSource)
 	}
 	if c.Admit(&st.tat, b, inc, nowNS) {
 		return VerdictPass, ReasonAdmit, false
 	}
-	return VerdictDrop, ReasonRule, false
+	return refuse(ReasonRule)
 }
 
 func (m *Model) rand() uint32 {

@@ -22,6 +22,8 @@ type Plan struct {
 	Ports   map[uint32]uint64
 	Prefix4 []PrefixEntry
 	Prefix6 []PrefixEntry
+	// Cookies is the generation's SYN cookie settings (cookie.go).
+	Cookies Cookies
 }
 
 // Rule is one slot of a generation (struct xl_rule).
@@ -53,6 +55,8 @@ type Globals struct {
 	SynOnly     uint64
 	SrcFiltered uint64
 	Concurrent  uint64 // rules with RuleConcurrency
+	Served      uint64 // rules whose handshakes the sock_ops program counts (resptime.go)
+	RespTime    uint64 // rules whose response time is measured (resptime.go)
 	// Reset is the bucket of the resets of all rules, in packets.
 	Reset Bucket
 	Flags uint32
@@ -107,6 +111,14 @@ type RuleSpec struct {
 	PerSource *PerSourceSpec
 	// Concurrency, when not nil, caps the connections in flight (tcp).
 	Concurrency *ConcurrencySpec
+	// SynCookies is off (or ""), auto or always (cookie.go).
+	SynCookies string
+	// Refuse is drop (or "") or reset: how SYNs refused over the rate
+	// are answered (resptime.go).
+	Refuse string
+	// ServiceRate: the kernel counts the rule's completed handshakes;
+	// ResponseTime: it measures the rule's response time (tcp).
+	ServiceRate, ResponseTime bool
 }
 
 // ConcurrencySpec is a rule's concurrency limit: Soft <= Max.
@@ -150,6 +162,11 @@ type Spec struct {
 	// ResetRate and ResetBurst are the budget of resets of all rules,
 	// per second and at once; 0 means DefaultResetRate, DefaultResetBurst.
 	ResetRate, ResetBurst float64
+	// CookieRate is the budget of SYN cookie answers of all rules per
+	// second; 0 means DefaultCookieRate.
+	CookieRate float64
+	// MSS4 and MSS6 are the MSS the SYN-ACKs announce (0: 1460, 1440).
+	MSS4, MSS6 uint16
 }
 
 // Compile builds a Plan. prev, when not nil, is the plan in force: a rule
@@ -198,6 +215,9 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 		return nil, fmt.Errorf("compile reset budget: %w", err)
 	}
 	p.Globals.Reset = rb
+	if p.Cookies, err = compileCookies(spec); err != nil {
+		return nil, err
+	}
 	if spec.MalformedPass {
 		p.Globals.Flags |= GlobalMalformedPass
 	}
@@ -306,6 +326,12 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 			pr.Flags |= RuleConcurrency
 			pr.ConcSoft, pr.ConcMax = uint32(c.Soft), uint32(c.Max)
 			p.Globals.Concurrent |= bit
+		}
+		if err := compileRuleCookies(&r, &pr, &p.Cookies, bit); err != nil {
+			return nil, err
+		}
+		if err := compileRuleResp(&r, &pr, &p.Globals, bit); err != nil {
+			return nil, err
 		}
 		if len(r.Sources) > 0 {
 			p.Globals.SrcFiltered |= bit

@@ -20,6 +20,13 @@ type Table interface {
 	Conns(slot int) (dataplane.Conns, error)
 }
 
+// CookieTable is what the collector reads of a table with SYN cookies
+// (maps.Tables): a slot's cookie counters. Optional: a Table without it
+// exports no xlimit_syn_cookies_total.
+type CookieTable interface {
+	CookieCounters(slot int) (dataplane.CookieCounters, error)
+}
+
 // Target is one interface: its maps and the plan in force on it.
 type Target struct {
 	Iface string
@@ -34,6 +41,7 @@ type Collector struct {
 	nowNS   func() uint64
 
 	packets, bytes, drops, rate, conns, ifacePackets *prometheus.Desc
+	cookies                                          *prometheus.Desc
 	errors                                           prometheus.Counter
 	reloads                                          *prometheus.CounterVec
 
@@ -103,6 +111,9 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 		conns: prometheus.NewDesc("xlimit_rule_connections",
 			"Connections in flight to a rule with a concurrency limit (passively established, not yet closed by the service).",
 			[]string{"iface", "rule"}, nil),
+		cookies: prometheus.NewDesc("xlimit_syn_cookies_total",
+			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget, not_local, unanswerable (SYNs not answered).",
+			[]string{"iface", "rule", "outcome"}, nil),
 		rate: prometheus.NewDesc("xlimit_rule_rate",
 			"The rate in force for a rule, per second (packets, connections or bytes).",
 			[]string{"iface", "rule", "source"}, nil),
@@ -191,7 +202,7 @@ func (c *Collector) Reload(result string) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.ifacePackets} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.ifacePackets, c.cookies} {
 		ch <- d
 	}
 	ch <- c.latency
@@ -240,6 +251,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				rate, source = lim.Bucket.Rate(), "control"
 			}
 			ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, rate, t.Iface, r.Name, source)
+			if ct, ok := t.Table.(CookieTable); ok && r.Flags&(dataplane.RuleCookieAuto|dataplane.RuleCookieAlways) != 0 {
+				if k, err := ct.CookieCounters(slot); err != nil {
+					c.errors.Inc()
+				} else {
+					for _, o := range []struct {
+						name string
+						n    uint64
+					}{{"sent", k.Sent}, {"validated", k.Validated}, {"failed", k.Failed}, {"refused", k.Refused},
+						{"assign_failed", k.AssignFailed}, {"over_budget", k.OverBudget}, {"not_local", k.NotLocal},
+						{"unanswerable", k.Unanswerable}} {
+						ch <- prometheus.MustNewConstMetric(c.cookies, prometheus.CounterValue, float64(o.n), t.Iface, r.Name, o.name)
+					}
+				}
+			}
 			if r.Flags&dataplane.RuleConcurrency != 0 {
 				if n, err := t.Table.Conns(slot); err != nil {
 					c.errors.Inc()

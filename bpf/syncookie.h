@@ -1,0 +1,585 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* SYN cookies at the NIC (docs/dataplane.md, "SYN cookies").
+ *
+ * A rule with syn_cookies answers SYNs from XDP with a SYN-ACK whose
+ * sequence number is the kernel's own SYN cookie
+ * (bpf_tcp_raw_gen_syncookie_ipv4/6), instead of passing or dropping them:
+ * every SYN of an `always` rule, and in `auto` every SYN while the SYNs
+ * offered to the rule are over its rate (and for XL_COOKIE_HOLD_NS after).
+ * Such a SYN is not charged to the rule. The returning ACK is checked by
+ * the TC program (syncookie_tc.c) with bpf_tcp_raw_check_syncookie_ipv4/6;
+ * only a valid one is charged to the rule (breaker, concurrency,
+ * per_source, rate, exactly as a SYN would be) and handed to the listener
+ * with bpf_sk_assign_tcp_reqsk, which creates the connection from the
+ * attributes below. A spoofed source never returns the ACK, so it never
+ * spends the rule's rate.
+ *
+ * The cookie itself carries only the MSS (one of four values). The rest
+ * travels in the low byte of the SYN-ACK's timestamp, which the client
+ * echoes (as the kernel does for its own cookies):
+ *   bits 0-3 the client's window scale (15: none), bit 4 SACK permitted,
+ *   bit 5 ECN, bits 6-7 the index of the cookie's MSS.
+ * A client without timestamps gets no window scaling and no SACK, and its
+ * connection the smallest MSS of the table (536, or 1220 for IPv6): the
+ * conservative fallback, as the kernel's own cookies do.
+ *
+ * Answers go only to SYNs whose destination IP is one of the host's
+ * (xl_host_addrs), whose IP header has no options or extension headers,
+ * and within the host-wide budget of answers (xl_cookie_cfg.budget). */
+#ifndef XLIMIT_SYNCOOKIE_H
+#define XLIMIT_SYNCOOKIE_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "bucket.h"
+#include "clock.h"
+#include "maps.h"
+#include "parse.h"
+#include "types.h"
+
+/* After the SYNs offered to an `auto` rule were last over its rate, its
+ * SYNs are answered with cookies for this long. */
+#define XL_COOKIE_HOLD_NS 1000000000ULL
+/* An `auto` rule checks returning ACKs for this long after its last
+ * cookie: a cookie is valid for up to two minutes (MAX_SYNCOOKIE_AGE). */
+#define XL_COOKIE_GRACE_NS (130 * 1000000000ULL)
+/* The window scale the host announces in its SYN-ACKs (the kernel's usual
+ * for a 6 MiB receive buffer), and the window of the SYN-ACK itself. */
+#define XL_COOKIE_RCV_WSCALE 7
+#define XL_COOKIE_WINDOW     65535
+#define XL_COOKIE_TTL	     64
+/* TCP options of the SYN-ACK: always 20 bytes (MSS, SACK_PERM or NOP NOP,
+ * timestamps or NOPs, NOP and window scale or NOPs): one fixed layout. */
+#define XL_COOKIE_OPTS 20
+#define XL_TCP_ECE     0x40
+#define XL_TCP_CWR     0x80
+#define XL_TCP_FIN     0x01
+/* Options parsed per SYN or ACK: enough for every option a stack sends. */
+#define XL_COOKIE_OPT_STEPS 10
+/* Ethernet and two VLAN tags: the deepest IP header answered. */
+#define XL_COOKIE_L3_MAX 22
+/* The TS low byte (see above). */
+#define XL_TSOPT_WSCALE_NONE 0x0f
+#define XL_TSOPT_SACK	     0x10
+#define XL_TSOPT_ECN	     0x20
+#define XL_TSOPT_MSS_SHIFT   6
+
+/* The counters of a rule's cookies (per CPU, XL_MAX_RULES slots). */
+struct xl_cookie_counters {
+	__u64 sent;	     /* SYN-ACKs with a cookie sent (XDP_TX) */
+	__u64 over_budget;   /* SYNs not answered: the host's budget was spent */
+	__u64 not_local;     /* SYNs not answered: not to one of the host's addresses */
+	__u64 unanswerable;  /* SYNs not answered: IP options, extension headers */
+	__u64 validated;     /* ACKs with a valid cookie, charged and handed over */
+	__u64 failed;	     /* ACKs to a listener with an invalid cookie */
+	__u64 refused;	     /* valid cookies the rule refused (its rate, gates) */
+	__u64 assign_failed; /* valid, admitted, but the kernel refused the socket */
+};
+
+/* Per generation: the budget of answers and what the SYN-ACKs announce. */
+struct xl_cookie_cfg {
+	/* The host-wide bucket of SYN-ACKs (packets), all rules together. */
+	struct xl_bucket budget;
+	/* Rules with syn_cookies, not shadow: the TC program's first test. */
+	__u64 rules;
+	__u16 mss4; /* MSS announced over IPv4: the interface's MTU - 40 */
+	__u16 mss6; /* over IPv6: MTU - 60 */
+	__u32 _pad;
+};
+
+/* A rule's cookie state (slot) and, in slot XL_GLOBAL_SLOT, the budget's. */
+struct xl_cookie_state {
+	__u64 syn_tat;	/* GCRA of the SYNs offered (the budget's, in its slot) */
+	__u64 until_ns; /* `auto`: cookies until this time */
+	__u64 last_ns;	/* the last cookie sent for the rule */
+	__u32 epoch;
+	__u32 _pad;
+};
+
+/* bpf_sk_assign_tcp_reqsk's attributes (include/net/tcp.h, 6.9). */
+struct bpf_tcp_req_attrs {
+	__u32 rcv_tsval;
+	__u32 rcv_tsecr;
+	__u16 mss;
+	__u8 rcv_wscale;
+	__u8 snd_wscale;
+	__u8 ecn_ok;
+	__u8 wscale_ok;
+	__u8 sack_ok;
+	__u8 tstamp_ok;
+	__u8 usec_ts_ok;
+	__u8 reserved[3];
+};
+
+/* Config. Key: generation. Value: the budget, the cookie rules, the MSS.
+ * Array: two fixed entries, read on each answered SYN and checked ACK. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_GENERATIONS);
+	__type(key, __u32);
+	__type(value, struct xl_cookie_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_cfg SEC(".maps");
+
+/* State. Key: slot, and XL_GLOBAL_SLOT for the host's budget. Value: the
+ * rule's offered-SYN bucket and cookie window. Shared array: one state
+ * whichever CPU a SYN arrives on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_COUNTER_SLOTS);
+	__type(key, __u32);
+	__type(value, struct xl_cookie_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_state SEC(".maps");
+
+/* State. Key: slot. Value: the rule's cookie counters. Per-CPU: the XDP
+ * and TC programs count without contention; readers sum over CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_cookie_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_stats SEC(".maps");
+
+/* MSS values a cookie can carry (the kernel's msstab, syncookies.c). */
+static __always_inline __u16 xl_cookie_mss(__u32 family, __u32 idx)
+{
+	if (family == 4)
+		return idx == 0 ? 536 : idx == 1 ? 1300 : idx == 2 ? 1440 : 1460;
+	return idx == 0 ? 1220 : idx == 1 ? 1420 : idx == 2 ? 1440 : 8940;
+}
+
+static __always_inline __u32 xl_cookie_mss_index(__u32 family, __u32 mss)
+{
+	__u32 i = 0;
+#pragma unroll
+	for (__u32 j = 1; j < 4; j++)
+		if (mss >= xl_cookie_mss(family, j))
+			i = j;
+	return i;
+}
+
+/* Claims the slot's cookie state for rule r (state of another rule starts
+ * afresh). */
+static __always_inline void xl_cookie_claim(struct xl_cookie_state *cs, const struct xl_rule *r,
+					    __u64 now)
+{
+	if (cs->epoch != r->epoch) {
+		cs->syn_tat = now << XL_TIME_SHIFT;
+		cs->until_ns = 0;
+		cs->last_ns = 0;
+		cs->epoch = r->epoch;
+	}
+}
+
+/* Whether a SYN of rule r is answered with a cookie before the rule's
+ * buckets see it (b: the rule's bucket settings in force, inc the SYN's
+ * cost under them): always for `always`; for `auto` while the SYNs offered
+ * are over the rule's rate, measured by their own bucket (syn_tat), and
+ * XL_COOKIE_HOLD_NS after. *now is read lazily. */
+static __always_inline int xl_cookie_first(const struct xl_rule *r, __u32 slot,
+					   const struct xl_pkt *pkt, const struct xl_bucket *b,
+					   __u64 inc, __u64 *now)
+{
+	if (!pkt->syn || !(r->flags & (XL_RULE_COOKIE_AUTO | XL_RULE_COOKIE_ALWAYS)))
+		return 0;
+	if (r->flags & XL_RULE_COOKIE_ALWAYS)
+		return 1;
+	struct xl_cookie_state *cs = bpf_map_lookup_elem(&xl_cookie_state, &slot);
+	if (!cs)
+		return 0;
+	__u64 t = xl_time(now);
+	xl_cookie_claim(cs, r, t);
+	__u64 retry_u;
+	if (!xl_gcra_take(&cs->syn_tat, b->tol, t << XL_TIME_SHIFT, inc, inc, &retry_u))
+		cs->until_ns = t + XL_COOKIE_HOLD_NS;
+	return t < cs->until_ns;
+}
+
+/* `auto`: a SYN the rule-wide bucket refused is answered with a cookie too,
+ * and opens the cookie window. */
+static __always_inline int xl_cookie_overflow(const struct xl_rule *r, __u32 slot,
+					      const struct xl_pkt *pkt, __u64 *now)
+{
+	if (!pkt->syn || !(r->flags & XL_RULE_COOKIE_AUTO))
+		return 0;
+	struct xl_cookie_state *cs = bpf_map_lookup_elem(&xl_cookie_state, &slot);
+	if (!cs)
+		return 0;
+	__u64 t = xl_time(now);
+	xl_cookie_claim(cs, r, t);
+	cs->until_ns = t + XL_COOKIE_HOLD_NS;
+	return 1;
+}
+
+static __always_inline struct xl_cookie_counters *xl_cookie_counters(__u32 slot)
+{
+	return bpf_map_lookup_elem(&xl_cookie_stats, &slot);
+}
+
+/* The options of a SYN that its cookie answer carries. */
+struct xl_syn_opts {
+	__u32 tsval;
+	__u32 tsecr;
+	__u16 mss;
+	__u8 wscale; /* XL_TSOPT_WSCALE_NONE: none */
+	__u8 sack;
+	__u8 ts;
+};
+
+/* The SYN's TCP header, copied to the stack: the cookie helpers need
+ * th_len == doff * 4 bytes, a length the verifier cannot bound on the
+ * packet itself, and the options are parsed from the copy. */
+struct xl_tcp_copy {
+	__u8 b[64]; /* 60 bytes at most, and room for index masks */
+};
+
+/* Parses the TCP options of the header copied in th (hdr_len bytes). Stops
+ * at the end of the list, a malformed option or after XL_COOKIE_OPT_STEPS
+ * options; what it did not reach counts as absent. A global function:
+ * verified once, whatever the caller's state. Returns 0. */
+__noinline int xl_cookie_parse_opts(const struct xl_tcp_copy *th, __u32 hdr_len,
+				    struct xl_syn_opts *o)
+{
+	if (!th || !o)
+		return 0;
+	__u32 off = sizeof(struct xl_tcphdr);
+	o->wscale = XL_TSOPT_WSCALE_NONE;
+	if (hdr_len > sizeof(th->b))
+		hdr_len = sizeof(th->b);
+	for (int i = 0; i < XL_COOKIE_OPT_STEPS; i++) {
+		if (off >= hdr_len || off >= sizeof(th->b))
+			return 0;
+		__u8 kind = th->b[off];
+		if (kind == 0)
+			return 0;
+		if (kind == 1) {
+			off++;
+			continue;
+		}
+		if (off + 1 >= hdr_len)
+			return 0;
+		__u32 len = th->b[(off + 1) & 63];
+		if (len < 2 || off + len > hdr_len || off + len > sizeof(th->b))
+			return 0;
+		if (kind == 2 && len == 4 && off + 4 <= sizeof(th->b)) {
+			o->mss = (__u16)th->b[(off + 2) & 63] << 8 | th->b[(off + 3) & 63];
+		} else if (kind == 3 && len == 3) {
+			__u8 ws = th->b[(off + 2) & 63];
+			o->wscale = ws > 14 ? 14 : ws;
+		} else if (kind == 4 && len == 2) {
+			o->sack = 1;
+		} else if (kind == 8 && len == 10 && off + 10 <= sizeof(th->b)) {
+			__u32 a = off & 63;
+			if (a > sizeof(th->b) - 10)
+				return 0;
+			const __u8 *p = &th->b[a];
+			o->ts = 1;
+			o->tsval = (__u32)p[2] << 24 | (__u32)p[3] << 16 | (__u32)p[4] << 8 | p[5];
+			o->tsecr = (__u32)p[6] << 24 | (__u32)p[7] << 16 | (__u32)p[8] << 8 | p[9];
+		}
+		off += len;
+	}
+	return 0;
+}
+
+static __always_inline __u16 xl_cookie_fold(__s64 sum)
+{
+	__u64 s = (__u64)sum & 0xffffffff;
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* The options of the SYN-ACK (XL_COOKIE_OPTS bytes), for a SYN with
+ * options o, a cookie whose MSS has index mss_idx, announcing mss. */
+static __always_inline void xl_cookie_opts(__u8 *out, const struct xl_syn_opts *o, __u16 mss,
+					   __u32 tsopt, __u64 now)
+{
+	out[0] = 2;
+	out[1] = 4;
+	out[2] = mss >> 8;
+	out[3] = mss & 0xff;
+	__builtin_memset(out + 4, 1, XL_COOKIE_OPTS - 4);
+	if (!o->ts)
+		return;
+	if (o->sack) {
+		out[4] = 4;
+		out[5] = 2;
+	}
+	/* tsval: a millisecond-ish clock with the options in its low byte. */
+	__u32 tsval = ((__u32)(now >> 20) & ~0xffu) | tsopt;
+	out[6] = 8;
+	out[7] = 10;
+	out[8] = tsval >> 24;
+	out[9] = tsval >> 16;
+	out[10] = tsval >> 8;
+	out[11] = tsval;
+	out[12] = o->tsval >> 24;
+	out[13] = o->tsval >> 16;
+	out[14] = o->tsval >> 8;
+	out[15] = o->tsval;
+	if (o->wscale != XL_TSOPT_WSCALE_NONE) {
+		out[17] = 3;
+		out[18] = 3;
+		out[19] = XL_COOKIE_RCV_WSCALE;
+	}
+}
+
+/* The TS low byte for a SYN with options o and ECN wish ecn. */
+static __always_inline __u32 xl_cookie_tsopt(const struct xl_syn_opts *o, __u32 ecn, __u32 mss_idx)
+{
+	return (o->wscale & 0x0f) | (o->sack ? XL_TSOPT_SACK : 0) | (ecn ? XL_TSOPT_ECN : 0) |
+	       (mss_idx & 3) << XL_TSOPT_MSS_SHIFT;
+}
+
+/* The TCP header of the SYN-ACK, over the SYN's, in place. */
+static __always_inline void xl_cookie_tcp(struct xl_tcphdr *tcp, __u32 cookie, __u32 ecn)
+{
+	__be16 port = tcp->source;
+	tcp->source = tcp->dest;
+	tcp->dest = port;
+	tcp->ack_seq = bpf_htonl(bpf_ntohl(tcp->seq) + 1);
+	tcp->seq = bpf_htonl(cookie);
+	tcp->doff_res = (sizeof(*tcp) + XL_COOKIE_OPTS) / 4 << 4;
+	tcp->flags = XL_TCP_SYN | XL_TCP_ACK | (ecn ? XL_TCP_ECE : 0);
+	tcp->window = bpf_htons(XL_COOKIE_WINDOW);
+	tcp->urg_ptr = 0;
+	tcp->check = 0;
+}
+
+/* Resizes the frame to want bytes. Returns 0, or -1. Packet pointers are
+ * invalid afterwards. */
+static __always_inline int xl_cookie_resize(struct xdp_md *ctx, __u32 want)
+{
+	__u32 have = ctx->data_end - ctx->data;
+	if (have != want && bpf_xdp_adjust_tail(ctx, (int)want - (int)have))
+		return -1;
+	return 0;
+}
+
+/* Rewrites the IPv4 SYN at l3 into its SYN-ACK with a cookie. Returns 0 to
+ * send it (XDP_TX), -1 when it cannot be answered. */
+static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3,
+					     const struct xl_cookie_cfg *cfg, __u64 now)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct xl_iphdr *ip = data + l3;
+	struct xl_tcphdr *tcp = (void *)(ip + 1);
+	if ((void *)(tcp + 1) > end)
+		return -1;
+	__u32 hl = (tcp->doff_res >> 4) * 4;
+	if (hl < sizeof(*tcp) || hl > 60)
+		return -1;
+	__u8 flags = tcp->flags;
+
+	struct xl_tcp_copy th = {};
+	/* Opaque to the compiler, so that it keeps the bound check the
+	 * verifier needs right before the helper. */
+	__u32 n = hl;
+	asm volatile("%0 &= 0x3c" : "+r"(n));
+	if (n < sizeof(*tcp))
+		return -1;
+	if (bpf_xdp_load_bytes(ctx, l3 + sizeof(*ip), th.b, n))
+		return -1;
+	struct xl_syn_opts o = {};
+	xl_cookie_parse_opts(&th, n, &o);
+	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
+	__s64 c = bpf_tcp_raw_gen_syncookie_ipv4((void *)ip, (void *)th.b, n);
+	if (c < 0)
+		return -1;
+	__u32 idx = xl_cookie_mss_index(4, (__u32)(c >> 32) & 0xffff);
+	__u16 mss = cfg->mss4 ? cfg->mss4 : 1460;
+	__u8 opts[XL_COOKIE_OPTS];
+	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
+
+	if (xl_cookie_resize(ctx, l3 + sizeof(*ip) + sizeof(*tcp) + XL_COOKIE_OPTS))
+		return -1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	struct xl_ethhdr *eth = data;
+	ip = data + l3;
+	tcp = (void *)(ip + 1);
+	__u8 *op = (void *)(tcp + 1);
+	if ((void *)(eth + 1) > end || (void *)(op + XL_COOKIE_OPTS) > end)
+		return -1;
+	__u8 mac[6];
+	__builtin_memcpy(mac, eth->dst, 6);
+	__builtin_memcpy(eth->dst, eth->src, 6);
+	__builtin_memcpy(eth->src, mac, 6);
+	__be32 a = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = a;
+	ip->tos = 0;
+	ip->tot_len = bpf_htons(sizeof(*ip) + sizeof(*tcp) + XL_COOKIE_OPTS);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000); /* DF */
+	ip->ttl = XL_COOKIE_TTL;
+	ip->check = 0;
+	ip->check = xl_cookie_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, sizeof(*ip), 0));
+	xl_cookie_tcp(tcp, (__u32)c, ecn);
+	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
+
+	struct {
+		__be32 saddr;
+		__be32 daddr;
+		__u8 zero;
+		__u8 proto;
+		__be16 len;
+	} ph = {ip->saddr, ip->daddr, 0, IPPROTO_TCP, bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS)};
+	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
+	tcp->check = xl_cookie_fold(
+	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
+	return 0;
+}
+
+/* As xl_cookie_answer4, for IPv6 without extension headers. */
+static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
+					     const struct xl_cookie_cfg *cfg, __u64 now)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct xl_ipv6hdr *ip6 = data + l3;
+	struct xl_tcphdr *tcp = (void *)(ip6 + 1);
+	if ((void *)(tcp + 1) > end)
+		return -1;
+	__u32 hl = (tcp->doff_res >> 4) * 4;
+	if (hl < sizeof(*tcp) || hl > 60)
+		return -1;
+	__u8 flags = tcp->flags;
+
+	struct xl_tcp_copy th = {};
+	/* Opaque to the compiler, so that it keeps the bound check the
+	 * verifier needs right before the helper. */
+	__u32 n = hl;
+	asm volatile("%0 &= 0x3c" : "+r"(n));
+	if (n < sizeof(*tcp))
+		return -1;
+	if (bpf_xdp_load_bytes(ctx, l3 + sizeof(*ip6), th.b, n))
+		return -1;
+	struct xl_syn_opts o = {};
+	xl_cookie_parse_opts(&th, n, &o);
+	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
+	__s64 c = bpf_tcp_raw_gen_syncookie_ipv6((void *)ip6, (void *)th.b, n);
+	if (c < 0)
+		return -1;
+	__u32 idx = xl_cookie_mss_index(6, (__u32)(c >> 32) & 0xffff);
+	__u16 mss = cfg->mss6 ? cfg->mss6 : 1440;
+	__u8 opts[XL_COOKIE_OPTS];
+	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
+
+	if (xl_cookie_resize(ctx, l3 + sizeof(*ip6) + sizeof(*tcp) + XL_COOKIE_OPTS))
+		return -1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	struct xl_ethhdr *eth = data;
+	ip6 = data + l3;
+	tcp = (void *)(ip6 + 1);
+	__u8 *op = (void *)(tcp + 1);
+	if ((void *)(eth + 1) > end || (void *)(op + XL_COOKIE_OPTS) > end)
+		return -1;
+	__u8 mac[6];
+	__builtin_memcpy(mac, eth->dst, 6);
+	__builtin_memcpy(eth->dst, eth->src, 6);
+	__builtin_memcpy(eth->src, mac, 6);
+	__u8 addr[16];
+	__builtin_memcpy(addr, ip6->saddr, 16);
+	__builtin_memcpy(ip6->saddr, ip6->daddr, 16);
+	__builtin_memcpy(ip6->daddr, addr, 16);
+	ip6->ver_tc_flow = bpf_htonl(6 << 28);
+	ip6->payload_len = bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS);
+	ip6->nexthdr = IPPROTO_TCP;
+	ip6->hop_limit = XL_COOKIE_TTL;
+	xl_cookie_tcp(tcp, (__u32)c, ecn);
+	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
+
+	struct {
+		__u8 saddr[16];
+		__u8 daddr[16];
+		__be32 len;
+		__be32 next;
+	} ph = {.len = bpf_htonl(sizeof(*tcp) + XL_COOKIE_OPTS), .next = bpf_htonl(IPPROTO_TCP)};
+	__builtin_memcpy(ph.saddr, ip6->saddr, 16);
+	__builtin_memcpy(ph.daddr, ip6->daddr, 16);
+	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
+	tcp->check = xl_cookie_fold(
+	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
+	return 0;
+}
+
+/* Whether the SYN's destination IP is one of the host's (xl_host_addrs). */
+static __always_inline int xl_cookie_local(struct xdp_md *ctx, const struct xl_pkt *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct xl_host_key k = {};
+	__u32 l3 = pkt->l3_off;
+	if (l3 > XL_COOKIE_L3_MAX)
+		return 0;
+	if (pkt->family == 4) {
+		struct xl_iphdr *ip = data + l3;
+		if ((void *)(ip + 1) > end)
+			return 0;
+		k.kind = XL_HOST_IPV4;
+		__builtin_memcpy(k.addr, &ip->daddr, 4);
+	} else {
+		struct xl_ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end)
+			return 0;
+		k.kind = XL_HOST_IPV6;
+		__builtin_memcpy(k.addr, ip6->daddr, 16);
+	}
+	return bpf_map_lookup_elem(&xl_host_addrs, &k) != NULL;
+}
+
+/* Answers the SYN in ctx, which the rule of key (generation * 64 + slot)
+ * sent to the cookie path, with its SYN-ACK: to a host address, within the
+ * host's budget, for a plain IP header. Counts the outcome. Returns XDP_TX
+ * or XDP_DROP. A global function: verified once, not once per slot. */
+__noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key)
+{
+	__u32 gen = key / XL_MAX_RULES;
+	__u32 slot = key % XL_MAX_RULES;
+	if (!ctx || !pkt || gen >= XL_GENERATIONS)
+		return XDP_DROP;
+	struct xl_cookie_counters *cnt = xl_cookie_counters(slot);
+	struct xl_cookie_cfg *cfg = bpf_map_lookup_elem(&xl_cookie_cfg, &gen);
+	__u32 budget_slot = XL_GLOBAL_SLOT;
+	struct xl_cookie_state *bs = bpf_map_lookup_elem(&xl_cookie_state, &budget_slot);
+	if (!cnt || !cfg || !bs)
+		return XDP_DROP;
+	__u32 l3 = pkt->l3_off;
+	int plain = l3 <= XL_COOKIE_L3_MAX &&
+		    ((pkt->family == 4 && pkt->l4_off == l3 + sizeof(struct xl_iphdr)) ||
+		     (pkt->family == 6 && pkt->l4_off == l3 + sizeof(struct xl_ipv6hdr)));
+	if (!plain) {
+		cnt->unanswerable++;
+		return XDP_DROP;
+	}
+	if (!xl_cookie_local(ctx, pkt)) {
+		cnt->not_local++;
+		return XDP_DROP;
+	}
+	__u64 now = XL_NOW();
+	if (!cfg->budget.tol || !xl_gcra(&bs->syn_tat, &cfg->budget, now << XL_TIME_SHIFT, 1)) {
+		cnt->over_budget++;
+		return XDP_DROP;
+	}
+	int err = pkt->family == 4 ? xl_cookie_answer4(ctx, l3, cfg, now)
+				   : xl_cookie_answer6(ctx, l3, cfg, now);
+	if (err) {
+		cnt->unanswerable++;
+		return XDP_DROP;
+	}
+	cnt->sent++;
+	struct xl_cookie_state *cs = bpf_map_lookup_elem(&xl_cookie_state, &slot);
+	if (cs)
+		cs->last_ns = now;
+	return XDP_TX;
+}
+
+#endif /* XLIMIT_SYNCOOKIE_H */

@@ -1,0 +1,73 @@
+//go:build linux
+
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/xlimit/xlimit/maps"
+)
+
+// cookiePin is the pin of the TC (tcx ingress) link of the SYN cookies'
+// ACK side, beside the XDP link.
+const cookiePin = "cookie_link"
+
+// CookieSupport reports whether this kernel can run rules with
+// syn_cookies: nil, or an error naming the missing kernel function
+// (maps.ErrCookieKernel).
+func CookieSupport() error { return maps.CookieSupport() }
+
+// attachCookies loads the ACK side of SYN cookies and attaches it at TC
+// ingress through a pinned tcx link, or replaces the program of the
+// pinned link in place (a restarted daemon adopts it like the XDP link).
+// On a kernel without bpf_sk_assign_tcp_reqsk nothing is attached and the
+// error says so; the daemon then refuses rules with syn_cookies.
+func (a *Attachment) attachCookies() error {
+	cp, err := a.objs.LoadCookieProgram(false)
+	if err != nil {
+		return err
+	}
+	pin := filepath.Join(a.Dir, cookiePin)
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if err := l.Update(cp.Program()); err == nil {
+			a.cookieProg, a.cookieLink = cp, l
+			return nil
+		}
+		_ = l.Unpin()
+		l.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		cp.Close()
+		return fmt.Errorf("load pinned link %s: %w", pin, err)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: a.Ifindex, Program: cp.Program(), Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		cp.Close()
+		return fmt.Errorf("attach the SYN cookie check at TC ingress of %s: %w", a.Iface, err)
+	}
+	if err := l.Pin(pin); err != nil {
+		l.Close()
+		cp.Close()
+		return fmt.Errorf("pin the SYN cookie check's link: %w", err)
+	}
+	a.cookieProg, a.cookieLink = cp, l
+	return nil
+}
+
+func (a *Attachment) closeCookies() error {
+	var errs []error
+	if a.cookieLink != nil {
+		errs = append(errs, a.cookieLink.Close())
+		a.cookieLink = nil
+	}
+	if a.cookieProg != nil {
+		errs = append(errs, a.cookieProg.Close())
+		a.cookieProg = nil
+	}
+	return errors.Join(errs...)
+}

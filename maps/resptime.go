@@ -1,0 +1,188 @@
+//go:build linux
+
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// The service's measures (bpf/resptime.h): handshakes completed per rule,
+// counted by the sock_ops program, and the response time, stamped by the
+// XDP program and timed by the TC egress program of bpf/resptime_tc.c, a
+// separate object loaded over the XDP object's maps.
+
+// respMaps are the measures' maps of a Tables (nil in pins of an xlimit
+// from before them).
+type respMaps struct{ served, flows, hists *ebpf.Map }
+
+func (o *Objects) respMaps() *respMaps {
+	m := &o.objs.xdpMaps
+	return &respMaps{served: m.XlServed, flows: m.XlRespFlows, hists: m.XlRespHists}
+}
+
+// openRespMaps opens the pinned measures' maps of dir; nil when absent.
+func openRespMaps(dir string, opts *ebpf.LoadPinOptions) (*respMaps, error) {
+	if _, err := os.Stat(filepath.Join(dir, xdpMapXlServed)); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	r := &respMaps{}
+	for _, m := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{xdpMapXlServed, &r.served}, {xdpMapXlRespFlows, &r.flows}, {xdpMapXlRespHists, &r.hists}} {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
+		}
+		*m.dst = mp
+	}
+	return r, nil
+}
+
+func (r *respMaps) close() error {
+	if r == nil {
+		return nil
+	}
+	var errs []error
+	for _, m := range []*ebpf.Map{r.served, r.flows, r.hists} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrNoRespMaps is returned by the measures' readers on pins from an
+// xlimit before them.
+var ErrNoRespMaps = errors.New("the pinned maps have no service measures (xlimit before response_time)")
+
+// Handshakes returns the TCP handshakes completed for a slot's rule since
+// the maps were created, summed over CPUs (the sock_ops program counts
+// them for the rules of Globals.Served).
+func (t *Tables) Handshakes(slot int) (uint64, error) {
+	if t.resp == nil {
+		return 0, ErrNoRespMaps
+	}
+	var per []uint64
+	if err := t.resp.served.Lookup(uint32(slot), &per); err != nil {
+		return 0, fmt.Errorf("read handshakes %d: %w", slot, err)
+	}
+	var sum uint64
+	for _, n := range per {
+		sum += n
+	}
+	return sum, nil
+}
+
+// ResponseTimes returns a slot's response-time histogram summed over CPUs.
+func (t *Tables) ResponseTimes(slot int) (dataplane.RespHist, error) {
+	var sum dataplane.RespHist
+	if t.resp == nil {
+		return sum, ErrNoRespMaps
+	}
+	var per []xdpXlRespHist
+	if err := t.resp.hists.Lookup(uint32(slot), &per); err != nil {
+		return sum, fmt.Errorf("read response times %d: %w", slot, err)
+	}
+	for i := range per {
+		h := dataplane.RespHist{Stamps: per[i].Stamps, Count: per[i].Count, SumNS: per[i].SumNs, Buckets: per[i].Buckets}
+		sum.Add(&h)
+	}
+	return sum, nil
+}
+
+// Flow is a TCP flow whose request the kernel follows (xl_resp_flows), as
+// its client sent it.
+type Flow struct {
+	Family  uint8 // 4 or 6
+	Src     [16]byte
+	Dst     [16]byte
+	SrcPort uint16 // host order
+	DstPort uint16
+}
+
+// PendingRequest is the stamp of a flow's unanswered request.
+type PendingRequest struct {
+	StampNS uint64 // 0: answered
+	Slot    int
+}
+
+// PendingRequests lists the flows the response time follows.
+func (t *Tables) PendingRequests() (map[Flow]PendingRequest, error) {
+	if t.resp == nil {
+		return nil, ErrNoRespMaps
+	}
+	out := map[Flow]PendingRequest{}
+	var k xdpXlFlowKey
+	var v xdpXlFlow
+	it := t.resp.flows.Iterate()
+	for it.Next(&k, &v) {
+		f := Flow{Family: k.Family, Src: k.Saddr, Dst: k.Daddr, SrcPort: ntohs(k.Sport), DstPort: ntohs(k.Dport)}
+		out[f] = PendingRequest{StampNS: v.StampNs, Slot: int(v.Slot)}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read pending requests: %w", err)
+	}
+	return out, nil
+}
+
+func ntohs(v uint16) uint16 { return v>>8 | v<<8 }
+
+// RespProgram is the loaded TC egress program of the response time.
+type RespProgram struct{ prog *ebpf.Program }
+
+// Program returns the TC program.
+func (r *RespProgram) Program() *ebpf.Program { return r.prog }
+
+// Close releases the program.
+func (r *RespProgram) Close() error { return r.prog.Close() }
+
+// LoadRespProgram loads the TC egress program that times responses,
+// over the XDP object's maps. fakeClock as Options.FakeClock.
+func (o *Objects) LoadRespProgram(fakeClock bool) (*RespProgram, error) {
+	spec, err := loadResptime()
+	if err != nil {
+		return nil, fmt.Errorf("load response-time spec: %w", err)
+	}
+	if fakeClock {
+		if err := spec.Variables[resptimeVarXlCfgFakeClock].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set fake clock: %w", err)
+		}
+	}
+	repl := map[string]*ebpf.Map{}
+	mv := reflect.ValueOf(&o.objs.xdpMaps).Elem()
+	for i := range mv.NumField() {
+		name := mv.Type().Field(i).Tag.Get("ebpf")
+		if _, ok := spec.Maps[name]; ok && name != "" {
+			repl[name] = mv.Field(i).Interface().(*ebpf.Map)
+		}
+	}
+	for name := range spec.Maps {
+		if _, ok := repl[name]; !ok && name[0] != '.' {
+			return nil, fmt.Errorf("load response-time program: map %s is not the XDP object's", name)
+		}
+	}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"xlimit_tc_resptime"`
+	}
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("load response-time program: %w: %s", errors.Unwrap(err), ErrCapabilities)
+		}
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load response-time program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load response-time program: %w", err)
+	}
+	return &RespProgram{prog: objs.Prog}, nil
+}
