@@ -224,7 +224,6 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		return err
 	}
 	defer d.watchHostAddrs(ctx)() // hostaddrs.go: what the program may answer
-	defer d.watchHostAddrs(ctx)() // hostaddrs.go: what the program may answer
 	if err := d.applyDocument(start.doc, start); err != nil {
 		return err
 	}
