@@ -81,12 +81,14 @@ type ruleDemand struct {
 	demand float64
 }
 
-// runFleet exchanges with the store once per epoch until ctx ends.
-func (d *daemon) runFleet(ctx context.Context) (stop func()) {
+// runFleet exchanges with the store once per epoch until ctx ends or
+// stop is called.
+func (d *daemon) runFleet(parent context.Context) (stop func()) {
 	f := d.fleet
 	if f == nil {
 		return func() {}
 	}
+	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -127,6 +129,7 @@ func (d *daemon) runFleet(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() {
+		cancel()
 		<-done
 		f.store.Close()
 	}
