@@ -19,7 +19,7 @@ type Model struct {
 	cookieBudgetTAT uint64
 	// CookieCounters are the rules' cookie counters (xl_cookie_stats).
 	CookieCounters [MaxRules]CookieCounters
-	Counters [CounterSlots]Counters
+	Counters       [CounterSlots]Counters
 	// Host holds the host's own addresses (xl_host_addrs): a refused SYN
 	// is answered with a reset only when addressed to them.
 	Host HostAddrs
