@@ -99,7 +99,7 @@ func main() {
 	flag.BoolVar(&c.skipMaps, "skip-maps-bench", false, "skip maps' BPF_PROG_TEST_RUN benchmarks")
 	flag.BoolVar(&c.skipFake, "skip-fake-clock", false, "skip maps' fake-clock accuracy tests")
 	flag.BoolVar(&c.skipTests, "skip-tests-bench", false, "skip tests/' benchmarks (adaptive scenario, paced queue)")
-	flag.StringVar(&c.testsBench, "tests-bench", "AdaptiveScenario|PacedQueue", "-bench pattern of tests/' benchmarks")
+	flag.StringVar(&c.testsBench, "tests-bench", "AdaptiveScenario|PacedQueue|SynCookies", "-bench pattern of tests/' benchmarks")
 	flag.BoolVar(&c.allowDirty, "allow-dirty", false, "measure a tree that differs from its commit (the report says so at the top)")
 	quick := flag.Bool("quick", false, "one repetition, short windows (a smoke test; not for publishing)")
 	flag.Parse()

@@ -7,22 +7,28 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 // The SYN cookie scenario (issue 15; docs/dataplane.md "SYN cookies"): a
-// TCP service of 64 workers × 1 ms behind a backlog of 1024, a SYN flood at
+// TCP service of 64 workers × 1 ms behind a backlog of 1024 (one request
+// and its answer per connection, the client speaking first), a SYN flood at
 // the generator's full speed from random spoofed sources in a /16, and a
 // legitimate client opening 50 connections/s, each with a 3 s deadline.
 // Three variants in the same run, on the same lab: the kernel alone (no
@@ -83,7 +89,10 @@ type cookieRun struct {
 	maxPerSecond int     // most connections accepted by the service in any 1 s window
 	cpu          procCPU // the host's CPU time over the flood
 	kernel       map[string]int64
-	status       cookieStatus // the rule, from xlimit status (not for the kernel alone)
+	vethDrops    [2]int64       // tx_dropped of the client's and the server's veth end over the run
+	errs         map[string]int // failed connections by stage and error
+	vethStats    string         // ethtool -S drop and error counters that moved (when ethtool is installed)
+	status       cookieStatus   // the rule, from xlimit status (not for the kernel alone)
 	uptime       string
 }
 
@@ -208,6 +217,74 @@ func kernelTCP(tb testing.TB, ns *lab.NS) map[string]int64 {
 	return out
 }
 
+// vethDrops reads tx_dropped of both veth ends (a full ring of the peer:
+// what the veth itself lost, the generator's refused sends included).
+func vethDrops(tb testing.TB, e *env) [2]int64 {
+	tb.Helper()
+	var out [2]int64
+	for i, side := range []struct {
+		ns *lab.NS
+		If string
+	}{{e.lab.Client, e.lab.ClientIf}, {e.lab.Server, e.lab.ServerIf}} {
+		out1, err := side.ns.Command(context.Background(), "ip", "-j", "-s", "link", "show", "dev", side.If).Output()
+		var links []struct {
+			Stats struct {
+				TX struct {
+					Dropped int64 `json:"dropped"`
+				} `json:"tx"`
+			} `json:"stats64"`
+		}
+		if err == nil {
+			err = json.Unmarshal(out1, &links)
+		}
+		if err == nil && len(links) == 1 {
+			out[i] = links[0].Stats.TX.Dropped
+		}
+		if err != nil {
+			tb.Fatalf("read tx_dropped of %s: %v", side.If, err)
+		}
+	}
+	return out
+}
+
+// vethQueueStats reads both veth ends' per-queue counters (ethtool -S),
+// keyed "client name" and "server name"; empty without ethtool.
+func vethQueueStats(e *env) map[string]int64 {
+	out := map[string]int64{}
+	for _, side := range []struct {
+		name string
+		ns   *lab.NS
+		If   string
+	}{{"client", e.lab.Client, e.lab.ClientIf}, {"server", e.lab.Server, e.lab.ServerIf}} {
+		b, err := side.ns.Command(context.Background(), "ethtool", "-S", side.If).Output()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); ok && err == nil {
+				out[side.name+" "+k] = n
+			}
+		}
+	}
+	return out
+}
+
+// vethQueueDelta lists the drop and error counters that moved.
+func vethQueueDelta(a, b map[string]int64) string {
+	var parts []string
+	for k, v := range b {
+		if d := v - a[k]; d != 0 && (strings.Contains(k, "drop") || strings.Contains(k, "err")) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, d))
+		}
+	}
+	slices.Sort(parts)
+	if len(parts) == 0 {
+		return "none (or no ethtool)"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // cookieStatus is the rule's part of `xlimit status --json`.
 type cookieStatus struct {
 	Pass, Drop uint64
@@ -251,6 +328,130 @@ func (s cookieStatus) cookie(key string) uint64 {
 	return uint64(v)
 }
 
+// requestService is a TCP service of workers × service time behind a
+// listen backlog that answers one request per connection: it reads the
+// client's request line, works for the service time, answers "ok\n" and
+// closes. The client speaks first, as in HTTP or TLS: the handshake's last
+// ACK is then recovered by the request (the client retransmits it until it
+// is acknowledged). With any SYN cookie, the kernel's or xlimit's, no
+// SYN-ACK is retransmitted, so a server-first protocol whose final ACK is
+// lost waits for the client's timeout (docs/dataplane.md, "SYN cookies").
+type requestService struct {
+	ln     net.Listener
+	served atomic.Int64
+	wg     sync.WaitGroup
+}
+
+func startRequestService(tb testing.TB, ns *lab.NS, addr netip.AddrPort, backlog, workers int, service time.Duration) *requestService {
+	tb.Helper()
+	s := &requestService{}
+	err := ns.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		if err := unix.Listen(fd, backlog); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		f := os.NewFile(uintptr(fd), "request-service")
+		defer f.Close()
+		s.ln, err = net.FileListener(f)
+		return err
+	})
+	if err != nil {
+		tb.Fatalf("start the service: %v", err)
+	}
+	for range workers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			buf := make([]byte, 64)
+			for {
+				c, err := s.ln.Accept()
+				if err != nil {
+					return
+				}
+				_ = c.SetDeadline(time.Now().Add(cookieDeadline))
+				if _, err := c.Read(buf); err == nil {
+					time.Sleep(service)
+					if _, err := c.Write([]byte("ok\n")); err == nil {
+						s.served.Add(1)
+					}
+				}
+				c.Close()
+			}
+		}()
+	}
+	tb.Cleanup(func() {
+		s.ln.Close()
+		s.wg.Wait()
+	})
+	return s
+}
+
+// offerRequestLines opens connections from ns to addr at rate per second for
+// d (open loop), each sending a request line and reading the answer, all
+// within timeout of its start.
+func offerRequestLines(ns *lab.NS, addr netip.AddrPort, rate float64, d, timeout time.Duration) ([]request, map[string]int) {
+	var mu sync.Mutex
+	var reqs []request
+	errs := map[string]int{}
+	var wg sync.WaitGroup
+	dialer := &net.Dialer{Timeout: timeout}
+	start := time.Now()
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if at.Sub(start) >= d {
+			break
+		}
+		time.Sleep(time.Until(at))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			var c net.Conn
+			err := ns.Do(func() error {
+				var err error
+				c, err = dialer.Dial("tcp", addr.String())
+				return err
+			})
+			ok, stage := false, "dial"
+			if err == nil {
+				_ = c.SetDeadline(t0.Add(timeout))
+				stage = "write"
+				if _, err = c.Write([]byte("GET /\n")); err == nil {
+					stage = "read"
+					b := make([]byte, 3)
+					_, err = io.ReadFull(c, b)
+					ok = err == nil && string(b) == "ok\n"
+				}
+				c.Close()
+			}
+			mu.Lock()
+			reqs = append(reqs, request{start: t0, latency: time.Since(t0), ok: ok})
+			if !ok {
+				msg := "wrong answer"
+				if err != nil {
+					msg = err.Error()
+					if i := strings.LastIndex(msg, ": "); i >= 0 {
+						msg = msg[i+2:]
+					}
+				}
+				errs[stage+": "+msg]++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return reqs, errs
+}
+
 // synFlood runs the spoofed SYN flood at full speed until ctx ends,
 // starting the generator again whenever it stops early (a full veth ring
 // ends a send with an error), and returns what it sent in total.
@@ -291,7 +492,7 @@ func synFlood(ctx context.Context, tb testing.TB, spec lab.FloodSpec) func() (la
 func runCookieScenario(tb testing.TB, dur time.Duration) []cookieRun {
 	e := newEnv(tb)
 	addr := netip.AddrPortFrom(e.lab.ServerIP4, cookiePort)
-	svc := startSlowService(tb, e.lab.Server, addr, cookieBacklog, cookieWorkers, cookieService)
+	svc := startRequestService(tb, e.lab.Server, addr, cookieBacklog, cookieWorkers, cookieService)
 	// The route back to the spoofed sources: through the client, which
 	// drops what is not its own.
 	if out, err := e.lab.Server.Command(context.Background(), "ip", "route", "add", cookieFloodNet.String(),
@@ -324,6 +525,8 @@ func runCookieScenario(tb testing.TB, dur time.Duration) []cookieRun {
 			d = e.startDaemon(e.writeRules("rules.yaml", cookieRules(v.cookies)))
 		}
 		k0, c0, s0 := kernelTCP(tb, e.lab.Server), readProcCPU(tb), svc.served.Load()
+		d0 := vethDrops(tb, e)
+		q0 := vethQueueStats(e)
 
 		// The service's completions, sampled every 100 ms.
 		sctx, stopSampling := context.WithCancel(context.Background())
@@ -347,7 +550,7 @@ func runCookieScenario(tb testing.TB, dur time.Duration) []cookieRun {
 		fctx, stopFlood := context.WithCancel(context.Background())
 		wait := synFlood(fctx, tb, spec)
 		time.Sleep(lead)
-		run.reqs = offerPhases(e.lab.Client, addr, []phase{{"legit", cookieClient, dur}}, cookieDeadline)
+		run.reqs, run.errs = offerRequestLines(e.lab.Client, addr, cookieClient, dur, cookieDeadline)
 		stopFlood()
 		run.flood, run.restarts = wait()
 		c1 := readProcCPU(tb)
@@ -356,6 +559,9 @@ func runCookieScenario(tb testing.TB, dur time.Duration) []cookieRun {
 		run.cpu = c1.sub(c0)
 		run.served = svc.served.Load() - s0
 		k1 := kernelTCP(tb, e.lab.Server)
+		d1 := vethDrops(tb, e)
+		run.vethDrops = [2]int64{d1[0] - d0[0], d1[1] - d0[1]}
+		run.vethStats = vethQueueDelta(q0, vethQueueStats(e))
 		run.kernel = map[string]int64{}
 		for k, v := range k1 {
 			run.kernel[k] = v - k0[k]
@@ -409,11 +615,13 @@ func printCookieTable(w func(format string, args ...any), dur time.Duration, run
 		w("%s: flood sent %d SYNs in %v (%.0f/s, %d refused by the ring, %d restarts); CPU over the run: "+
 			"user %.2f s, system %.2f s, softirq %.2f s, irq %.2f s of %.2f s; kernel: PassiveOpens %d, "+
 			"SyncookiesSent %d, SyncookiesRecv %d, SyncookiesFailed %d, ListenOverflows %d, ListenDrops %d, "+
-			"TCPReqQFullDoCookies %d; service completed %d\n",
+			"TCPReqQFullDoCookies %d; service completed %d; veth tx_dropped client→server %d, server→client %d\n",
 			r.v.name, r.flood.Sent, r.flood.Elapsed.Round(time.Millisecond), r.flood.PPS(), r.flood.Errors, r.restarts,
 			r.cpu.user/userHZ, r.cpu.system/userHZ, r.cpu.softirq/userHZ, r.cpu.irq/userHZ, r.cpu.total/userHZ,
 			r.kernel["PassiveOpens"], r.kernel["SyncookiesSent"], r.kernel["SyncookiesRecv"], r.kernel["SyncookiesFailed"],
-			r.kernel["ListenOverflows"], r.kernel["ListenDrops"], r.kernel["TCPReqQFullDoCookies"], r.served)
+			r.kernel["ListenOverflows"], r.kernel["ListenDrops"], r.kernel["TCPReqQFullDoCookies"], r.served,
+			r.vethDrops[0], r.vethDrops[1])
+		w("  veth queue drops and errors: %s; failed connections: %v\n", r.vethStats, r.errs)
 		if r.v.rule {
 			w("  xlimit rule svc: pass %d, drop %d, reasons %v, syn_cookies %v\n", r.status.Pass, r.status.Drop,
 				r.status.Reasons, r.status.Cookies)
