@@ -170,6 +170,7 @@ type ruleState struct {
 	secServed   float64              // served at the start of the current second
 	servedPeaks [peakSeconds]float64 // units served in the last whole seconds
 	haveServed  bool                 // a service rate was read this second or before
+	wholeSecond bool                 // the current second started after the loop did
 	rate, burst float64
 	state       string
 	latency     time.Duration
@@ -309,9 +310,13 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		}
 		r.peaks[r.peakNext] = r.prevSecPass
 		r.servedPeaks[r.peakNext] = 0
-		if sec == r.second+1 {
+		if sec == r.second+1 && r.wholeSecond {
+			// The first second the loop saw was partial: its count
+			// would start system protection far below the service's
+			// capacity.
 			r.servedPeaks[r.peakNext] = r.served - r.secServed
 		}
+		r.wholeSecond = true
 		r.secServed = r.served
 		r.peakNext = (r.peakNext + 1) % peakSeconds
 		r.second, r.secPass, r.secSeen = sec, pass, seen

@@ -33,8 +33,12 @@ type Sampler struct {
 	errFresh bool
 	openRate float64 // connections accepted into listen queues, per second
 	openOK   bool
-	opens    uint64 // PassiveOpens since the previous host reading
-	read     uint64 // UDP InDatagrams since the previous host reading
+	// The namespace's cumulative counters of the latest reading: each
+	// rule takes its own differences between its own samples (a host
+	// reading between two of them, for the CPU of system protection, must
+	// not swallow their connections).
+	netCur   NetCounters
+	netOK    bool
 	prevNet  NetCounters
 	prevAt   time.Time
 	havePrev bool
@@ -105,11 +109,12 @@ func (s *Sampler) host(now time.Time) {
 	} else {
 		s.pressure = Pressure{}
 	}
-	s.errFresh, s.openOK = false, false
+	s.errFresh, s.openOK, s.netOK = false, false, false
 	cur, err := s.netstat.Read()
 	if err != nil {
 		return
 	}
+	s.netCur, s.netOK = cur, true
 	if s.havePrev {
 		if d, ok := cur.Sub(s.prevNet); ok {
 			// Listen overflows per connection attempt that reached a
@@ -121,7 +126,6 @@ func (s *Sampler) host(now time.Time) {
 			}
 			if dt := now.Sub(s.prevAt).Seconds(); dt > 0 {
 				s.openRate, s.openOK = float64(d.PassiveOpens)/dt, true
-				s.opens, s.read = d.PassiveOpens, d.UDPInDatagrams
 			}
 		}
 	}
@@ -195,9 +199,17 @@ func (s *Sampler) acceptQueue(rule *Rule, now time.Time, used float64, sig *Sign
 	if rule.SynOnly && dt > 0 {
 		admitted = used * dt
 	}
-	// The namespace's passive opens, unless the kernel counts the rule's
-	// own handshakes.
-	hs, hsOK := s.opens, s.openOK
+	// The namespace's passive opens since this rule's previous sample,
+	// unless the kernel counts the rule's own handshakes.
+	var hs uint64
+	hsOK := false
+	if s.netOK {
+		cur := s.netCur.PassiveOpens
+		if st.haveOpens && cur >= st.prevOpens {
+			hs, hsOK = cur-st.prevOpens, true
+		}
+		st.prevOpens, st.haveOpens = cur, true
+	}
 	if s.handshakes != nil {
 		if total, ok := s.handshakes.Handshakes(rule); ok {
 			hs, hsOK = total-st.prevHS, st.haveHS && total >= st.prevHS
@@ -256,8 +268,17 @@ func (s *Sampler) socketQueue(rule *Rule, now time.Time, used float64, sig *Sign
 	if dt := now.Sub(st.prevAt).Seconds(); !rule.Bytes && st.primed && dt > 0 {
 		admitted = used * dt
 	}
-	rate, queue, dropped, ok := st.step(now, memory, drops, s.read, admitted)
-	if !ok || !s.openOK {
+	var read uint64
+	readOK := false
+	if s.netOK {
+		cur := s.netCur.UDPInDatagrams
+		if st.haveRead && cur >= st.prevRead {
+			read, readOK = cur-st.prevRead, true
+		}
+		st.prevRead, st.haveRead = cur, true
+	}
+	rate, queue, dropped, ok := st.step(now, memory, drops, read, admitted)
+	if !ok || !readOK {
 		return
 	}
 	sig.ServiceRate, sig.HasServiceRate = rate, true

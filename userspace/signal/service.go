@@ -94,6 +94,8 @@ type tcpService struct {
 	primed    bool
 	prevHS    uint64
 	haveHS    bool
+	prevOpens uint64 // the namespace's PassiveOpens at the previous sample
+	haveOpens bool
 }
 
 // step takes this tick's accept-queue depth and the handshakes completed
@@ -122,6 +124,8 @@ type udpService struct {
 	prevDrops uint64
 	prevAt    time.Time
 	primed    bool
+	prevRead  uint64 // the namespace's InDatagrams at the previous sample
+	haveRead  bool
 }
 
 // step takes this tick's receive memory (bytes) and cumulative drops of the
