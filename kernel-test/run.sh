@@ -62,7 +62,7 @@ KT_INSTALL=${KT_INSTALL:-1}
 #  - loader.test: all of it (bpf_link attach native and generic on a veth,
 #    pinning, adoption by BPF_LINK_UPDATE, detach, a stale link).
 #  - tests.test: one end-to-end flood against the real daemon (IPv4).
-KT_MAPS_RUN=${KT_MAPS_RUN:-'^(TestLoadVerifies|TestFrames|TestFailStatic|TestReloadKeepsState|TestEnumsMatchBTF|TestDifferential|TestAccuracy|TestSource.*|TestNewBucketStartsFullAtAnyUptime|TestResponseTime.*|TestResponseBuckets|TestRefuseReset)$'}
+KT_MAPS_RUN=${KT_MAPS_RUN:-'^(TestLoadVerifies|TestFrames|TestFailStatic|TestReloadKeepsState|TestEnumsMatchBTF|TestDifferential|TestAccuracy|TestSource.*|TestNewBucketStartsFullAtAnyUptime|TestResponseTime.*|TestResponseBuckets|TestRefuseReset|TestCookie.*)$'}
 KT_MAPS_SKIP=${KT_MAPS_SKIP:-'^TestAccuracy$/^(1e7|100_Gbit)$'}
 KT_E2E_RUN=${KT_E2E_RUN:-'^TestFloodLimited$/^ipv4$'}
 # The flood test measures rates in real time: under TCG a stall of the
