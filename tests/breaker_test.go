@@ -239,7 +239,11 @@ rules:
 	wg := client.run(ctx, e.lab.Client, addr, 25*time.Millisecond) // 40 connections/s
 	defer func() { cancel(); wg.Wait() }()
 
-	time.Sleep(time.Second)
+	// Healthy: wait until 20 connections succeeded (half a second at 40/s),
+	// 5 s at most.
+	for deadline := time.Now().Add(5 * time.Second); client.ok.Load() < 20 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if s := state(); s != "closed" || client.ok.Load() < 20 {
 		t.Fatalf("healthy service: breaker %q, %d ok, %d failed", s, client.ok.Load(), client.failed.Load())
 	}

@@ -84,7 +84,7 @@ func TestMalformedLive(t *testing.T) {
 			t.Fatal(err)
 		}
 		quiet(t, tab)
-		e.sendValid(t, sink, name+": before")
+		e.sendValid(t, sink, tab, name+": before")
 
 		lastTouch := map[string]time.Time{}
 		for _, c := range byspec[name] {
@@ -136,7 +136,7 @@ func TestMalformedLive(t *testing.T) {
 			}
 			reasons[v+"/"+c.Reason.String()]++
 		}
-		e.sendValid(t, sink, name+": after")
+		e.sendValid(t, sink, tab, name+": after")
 		tab.Close()
 	}
 	t.Logf("e2e malformed corpus: %d frames sent live, %d with other counters than the corpus says; outcomes %v", total, failed, reasons)
@@ -162,11 +162,12 @@ func quiet(t *testing.T, tab *maps.Tables) {
 
 // sendValid sends 50 valid UDP datagrams to the sink's port (no rule
 // limits it, or one with a burst of 100 does) and requires all of them to
-// arrive.
-func (e *env) sendValid(t *testing.T, sink *lab.UDPCounter, label string) {
+// arrive, and the program's counters to show them.
+func (e *env) sendValid(t *testing.T, sink *lab.UDPCounter, tab *maps.Tables, label string) {
 	t.Helper()
 	const n = 50
 	sink.Reset()
+	before := readCounters(t, tab)
 	spec := e.lab.ClientFlood(false)
 	spec.DstPort, spec.PayloadLen, spec.Count = validPort, 32, n
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -181,7 +182,7 @@ func (e *env) sendValid(t *testing.T, sink *lab.UDPCounter, label string) {
 	}
 	// The valid traffic passed the program: wait until the counters show
 	// it all, so it is not taken for the next case's.
-	time.Sleep(50 * time.Millisecond)
+	waitPackets(t, tab, before, n)
 }
 
 func send(t *testing.T, s *lab.Sender, frame []byte) {

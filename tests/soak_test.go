@@ -80,12 +80,15 @@ const soakInvalidRules = "rules:\n  - name: udp-flood\n    protocol: udp\n    po
 // TestSoak floods a limited port for the soak duration while the rules are
 // reloaded every second (two valid files alternating, every tenth reload an
 // invalid one) and the daemon is killed with SIGKILL and restarted every
-// 20 s; each new daemon adopts the pins. Throughout, every 100 ms window of
+// 20 s, except in the last minute (half the soak at most), which one daemon
+// lives through; each new daemon adopts the pins. Throughout, every 100 ms window of
 // admitted packets (the receiver's kernel timestamps) stays within
 // rate × 100 ms + burst + one packet per CPU (docs/dataplane.md), and so do
 // the pinned pass counters sampled every 100 ms. Within each daemon's life
 // its open file descriptors and goroutines (go_goroutines from /metrics)
-// do not grow across reloads; each restart frees the previous program; and
+// do not grow across reloads, and over the long last life the least-squares
+// slope of its goroutines per reload stays below 1/30 (a leak of one per 30
+// reloads or faster fails); each restart frees the previous program; and
 // after cleanup no BPF program, map or link the daemons used, no pin and no
 // namespace of the test is left.
 func TestSoak(t *testing.T) {
@@ -189,12 +192,15 @@ func TestSoak(t *testing.T) {
 	lives := []*life{{}}
 	cur := lives[0]
 	nextRestart := t0.Add(20 * time.Second)
+	// The last daemon lives longLife, long enough for a slope.
+	longLife := min(time.Minute, dur/2)
+	noRestartAfter := t0.Add(dur - longLife)
 	for i := 1; time.Since(t0) < dur; i++ {
 		time.Sleep(time.Until(t0.Add(time.Duration(i) * time.Second)))
 		if time.Since(t0) >= dur {
 			break
 		}
-		if time.Now().After(nextRestart) {
+		if time.Now().After(nextRestart) && !nextRestart.After(noRestartAfter) {
 			if err := d.signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -316,7 +322,7 @@ func TestSoak(t *testing.T) {
 	if refused != invalid {
 		t.Errorf("%d invalid rules files, %d refused", invalid, refused)
 	}
-	if reloads < int(dur/time.Second)/2 || restarts < int(dur/(20*time.Second))-1 {
+	if reloads < int(dur/time.Second)/2 || restarts < int((dur-longLife)/(20*time.Second))-1 {
 		t.Errorf("only %d reloads and %d restarts in %v", reloads, restarts, dur)
 	}
 
@@ -343,6 +349,17 @@ func TestSoak(t *testing.T) {
 		// the whole first third, by more than that jitter.
 		if first, last := slices.Max(l.goroutines[:n/3]), slices.Min(l.goroutines[n-n/3:]); last > first+2 {
 			t.Errorf("daemon %d: goroutines grew from at most %d to at least %d across %d reloads", i+1, first, last, n)
+		}
+		// Over a long life, the slope: sampling jitter (one goroutine
+		// more or less) moves a least-squares slope over 40 reloads or
+		// more by about 0.005; a leak of one goroutine per 30 reloads
+		// moves it by 0.033.
+		if n >= 40 {
+			slope := lsSlope(l.goroutines)
+			t.Logf("e2e soak: daemon %d: %d reloads in one life, goroutines grow by %.4f per reload (bound %.4f)", i+1, n, slope, soakLeakSlope)
+			if slope > soakLeakSlope {
+				t.Errorf("daemon %d: goroutines grow by %.4f per reload over %d reloads (%v), above %.4f: a leak", i+1, slope, n, l.goroutines, soakLeakSlope)
+			}
 		}
 	}
 	if got := pinNames(t, pinDir); !slices.Equal(got, pins) {
@@ -384,6 +401,21 @@ func countFDs(t *testing.T, pid int) int {
 		t.Fatalf("count fds of %d: %v", pid, err)
 	}
 	return len(ents)
+}
+
+// soakLeakSlope is the largest goroutine growth per reload the soak accepts
+// over a long daemon life.
+const soakLeakSlope = 1.0 / 30
+
+// lsSlope is the least-squares slope of ys against their index.
+func lsSlope(ys []int) float64 {
+	n := float64(len(ys))
+	var sx, sy, sxx, sxy float64
+	for i, y := range ys {
+		x := float64(i)
+		sx, sy, sxx, sxy = sx+x, sy+float64(y), sxx+x*x, sxy+x*float64(y)
+	}
+	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
 }
 
 // goroutines scrapes go_goroutines from the daemon's /metrics, over a
@@ -432,11 +464,29 @@ type bpfObjects struct {
 }
 
 type bpftoolObj struct {
-	ID     int    `json:"id"`
-	Name   string `json:"name"`
-	Type   string `json:"type"`
-	MapIDs []int  `json:"map_ids"`
-	ProgID int    `json:"prog_id"`
+	ID     int         `json:"id"`
+	Name   string      `json:"name"`
+	Type   bpftoolType `json:"type"`
+	MapIDs []int       `json:"map_ids"`
+	ProgID int         `json:"prog_id"`
+}
+
+// bpftoolType is an object's type: a name, or the number when this
+// bpftool has no name for it (Debian 12's prints TCX links as 11).
+type bpftoolType string
+
+func (t *bpftoolType) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*t = bpftoolType(s)
+		return nil
+	}
+	var n int
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("bpftool type %s: neither a name nor a number", b)
+	}
+	*t = bpftoolType(strconv.Itoa(n))
+	return nil
 }
 
 func bpftool(args ...string) ([]bpftoolObj, error) {
@@ -526,7 +576,7 @@ func (o *bpfObjects) add(t *testing.T, pinDir string) {
 	}
 	for _, l := range links {
 		if _, ok := o.progs[l.ProgID]; ok {
-			o.links[l.ID] = l.Type
+			o.links[l.ID] = string(l.Type)
 		}
 	}
 }

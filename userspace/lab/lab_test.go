@@ -323,8 +323,12 @@ func TestFloodCount(t *testing.T) {
 	if res, err := Flood(context.Background(), spec); err != nil || res.Sent != 100 {
 		t.Errorf("SYN flood: %+v, %v", res, err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The SYNs cross the veth asynchronously: wait until they are counted.
 	after := tcpSNMP(t, l.Server)
+	for deadline := time.Now().Add(5 * time.Second); after["InSegs"]-before["InSegs"] < 100 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		after = tcpSNMP(t, l.Server)
+	}
 	if in := after["InSegs"] - before["InSegs"]; in < 100 || after["InCsumErrors"] != 0 {
 		t.Errorf("server TCP InSegs +%d, InCsumErrors %d after 100 SYNs", in, after["InCsumErrors"])
 	}
