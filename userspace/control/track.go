@@ -178,6 +178,12 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	switch {
 	case errorsOK && in.ErrorRate > t.p.ErrorThreshold:
 		step.Action, next = ActionCutErrors, min(next, mu)
+	case latencyOK && mu <= 0 && w > t.target:
+		// The service reports a delay above the target, and nothing the
+		// rule admitted says how fast it serves (its traffic is idle, or
+		// arrives another way): without a capacity to track, scale the
+		// rate down by the excess, as a latency-only law must.
+		step.Action, next = ActionDecrease, r*t.target/w
 	case q > t.target*mu:
 		step.Action = ActionTrack
 	case !limited:

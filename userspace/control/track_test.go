@@ -323,6 +323,17 @@ func TestTrackBranches(t *testing.T) {
 	if st.Action != ActionCutErrors || st.Rate != 800 {
 		t.Errorf("errors: %+v, want 800", st)
 	}
+	// A latency-only signal (feedback, probe) above the target while the
+	// rule admits nothing: no service rate to track, so the rate scales
+	// down by target/W (2000 · 25/100 = 500), and a delay under the target
+	// holds it.
+	lat := mustTrack(t, target, 100, 5000, 2000)
+	if st := lat.Step(Signals{Latency: 100 * time.Millisecond}, period); st.Action != ActionDecrease || math.Abs(st.Rate-500) > 1e-9 {
+		t.Errorf("latency only, nothing admitted, 4× the target: %+v, want a decrease to 500", st)
+	}
+	if st := lat.Step(Signals{Latency: 10 * time.Millisecond}, period); st.Action == ActionDecrease || st.Rate != 500 {
+		t.Errorf("latency only, nothing admitted, under the target: %+v, want 500 held", st)
+	}
 	// A stuck service (queue, nothing served) goes to the floor.
 	st = tr.Step(Signals{Latency: time.Second, HasQueue: true, QueueDepth: 60, HasServiceRate: true, UsedRate: 800, Demand: 4000}, period)
 	if st.Rate != 100 || !st.Clamped {
