@@ -27,6 +27,11 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* TCX verdicts: NEXT hands the packet on to the next program and to the
+ * classic tc filters behind them (xlimit's kernel queues redirect from
+ * there); PASS ends the chain. Only an ACK handed to its listener passes;
+ * everything else goes on as if this program were not there. */
+#define XL_TCX_NEXT -1
 #define TC_ACT_OK   0
 #define TC_ACT_SHOT 2
 /* include/net/tcp_states.h */
@@ -94,12 +99,12 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
 	if (!active)
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	__u32 gen = *active & 1;
 	struct xl_cookie_cfg *cfg = bpf_map_lookup_elem(&xl_cookie_cfg, &gen);
 	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
 	if (!cfg || !g || !cfg->rules)
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 
 	struct xl_cursor cur = {
 	    .pos = (void *)(long)skb->data,
@@ -114,41 +119,41 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	else if (l3 == ETH_P_IPV6)
 		l4 = xl_parse_ipv6(&cur, &pkt);
 	else
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	if (l4 != IPPROTO_TCP || pkt.fragment)
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	struct xl_tcphdr *tcp = cur.pos;
 	if (xl_parse_l4(&cur, &pkt, l4) < 0 || (void *)(tcp + 1) > cur.end)
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	if ((tcp->flags & (XL_TCP_SYN | XL_TCP_ACK | XL_TC_TCP_RST)) != XL_TCP_ACK)
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	/* Cookies are answered only to plain IP headers (syncookie.h). */
 	if (pkt.family == 4 && (void *)tcp != ip + sizeof(struct xl_iphdr))
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	if (pkt.family == 6 && (void *)tcp != ip + sizeof(struct xl_ipv6hdr))
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 
 	/* The ACK stands for the SYN it answers: match it as one. */
 	pkt.proto = XL_PROTO_TCP;
 	pkt.syn = 1;
 	struct xl_prefix *src = xl_lookup_source(&pkt, gen, g);
 	if (src && (src->flags & (XL_PREFIX_ALLOW | XL_PREFIX_DENY)))
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	__u64 mask = xl_match(&pkt, gen, g, src) & g->syn_only;
 	__u64 cookie_rules = mask & cfg->rules;
 	if (!cookie_rules)
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 	__u32 first = xl_lowest_bit(cookie_rules);
 	__u64 now = 0;
 	if (first >= XL_MAX_RULES || !xl_cookie_window(gen, first, &now))
-		return TC_ACT_OK;
+		return XL_TCX_NEXT;
 
 	struct bpf_sock_tuple t = {};
 	__u32 tlen;
 	if (pkt.family == 4) {
 		struct xl_iphdr *ip4 = ip;
 		if ((void *)(ip4 + 1) > cur.end)
-			return TC_ACT_OK;
+			return XL_TCX_NEXT;
 		t.ipv4.saddr = ip4->saddr;
 		t.ipv4.daddr = ip4->daddr;
 		t.ipv4.sport = tcp->source;
@@ -157,7 +162,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	} else {
 		struct xl_ipv6hdr *ip6 = ip;
 		if ((void *)(ip6 + 1) > cur.end)
-			return TC_ACT_OK;
+			return XL_TCX_NEXT;
 		__builtin_memcpy(t.ipv6.saddr, ip6->saddr, 16);
 		__builtin_memcpy(t.ipv6.daddr, ip6->daddr, 16);
 		t.ipv6.sport = tcp->source;
@@ -166,8 +171,8 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	}
 	struct bpf_sock *skc = bpf_skc_lookup_tcp(skb, &t, tlen, BPF_F_CURRENT_NETNS, 0);
 	if (!skc)
-		return TC_ACT_OK;
-	int ret = TC_ACT_OK;
+		return XL_TCX_NEXT;
+	int ret = XL_TCX_NEXT;
 	if (skc->state != XL_TCP_LISTEN)
 		goto release;
 
@@ -232,10 +237,12 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 		cnt->assign_failed++;
 		goto release;
 	}
-	if (bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &attrs, sizeof(attrs)))
+	if (bpf_sk_assign_tcp_reqsk(skb, (struct sock *)tp, &attrs, sizeof(attrs))) {
 		cnt->assign_failed++;
-	else
+	} else {
 		cnt->validated++;
+		ret = TC_ACT_OK;
+	}
 release:
 	bpf_sk_release(skc);
 	return ret;
