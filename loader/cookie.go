@@ -35,10 +35,14 @@ func (a *Attachment) attachCookies() error {
 	}
 	pin := filepath.Join(a.Dir, cookiePin)
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if err := l.Update(cp.Program()); err == nil {
-			a.cookieProg, a.cookieLink = cp, l
-			return nil
+		if sameTCX(l, a.Ifindex) {
+			if err := l.Update(cp.Program()); err == nil {
+				a.cookieProg, a.cookieLink = cp, l
+				return nil
+			}
 		}
+		// The interface was deleted (its TCX links with it), or the
+		// link detached: start anew.
 		_ = l.Unpin()
 		l.Close()
 	} else if !errors.Is(err, os.ErrNotExist) {

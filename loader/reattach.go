@@ -17,8 +17,10 @@ import (
 // under the same name, with a new index. The program, its maps and the
 // pins stay: nothing is loaded or verified again, and the rules the maps
 // hold are in force from the new interface's first packet. The stale
-// pinned link (its interface is gone) is replaced. Programs that this
-// package attaches to the interface besides XDP are not attached again.
+// pinned link (its interface is gone) is replaced. The TC programs this
+// package attached besides XDP (the SYN cookies' ACK check at ingress, the
+// response timer at egress) went with the old interface: they are attached
+// again to the new one.
 func (a *Attachment) Reattach(mode Mode) error {
 	if a.objs == nil {
 		return errors.New("reattach: the attachment is closed")
@@ -52,5 +54,17 @@ func (a *Attachment) Reattach(mode Mode) error {
 	}
 	a.link, a.Ifindex, a.Adopted = l, index, false
 	a.Mode = currentMode(index)
+	var errs []error
+	if a.cookieLink != nil {
+		errs = append(errs, a.closeCookies(), a.attachCookies())
+	}
+	if a.respTime != nil {
+		errs = append(errs, a.respTime.Close())
+		a.respTime = nil
+		errs = append(errs, a.attachRespTime())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("reattach the TC programs to %s: %w", a.Iface, err)
+	}
 	return nil
 }
