@@ -253,7 +253,9 @@ __noinline int xl_cookie_parse_opts(const struct xl_tcp_copy *th, __u32 hdr_len,
 	for (int i = 0; i < XL_COOKIE_OPT_STEPS; i++) {
 		if (off >= hdr_len || off >= sizeof(th->b))
 			return 0;
-		__u8 kind = th->b[off];
+		/* Every index masked into the 64-byte copy: older verifiers
+		 * (6.1) lose the 32-bit bound of off across the loop. */
+		__u8 kind = th->b[off & 63];
 		if (kind == 0)
 			return 0;
 		if (kind == 1) {
@@ -265,21 +267,21 @@ __noinline int xl_cookie_parse_opts(const struct xl_tcp_copy *th, __u32 hdr_len,
 		__u32 len = th->b[(off + 1) & 63];
 		if (len < 2 || off + len > hdr_len || off + len > sizeof(th->b))
 			return 0;
-		if (kind == 2 && len == 4 && off + 4 <= sizeof(th->b)) {
+		if (kind == 2 && len == 4) {
 			o->mss = (__u16)th->b[(off + 2) & 63] << 8 | th->b[(off + 3) & 63];
 		} else if (kind == 3 && len == 3) {
 			__u8 ws = th->b[(off + 2) & 63];
 			o->wscale = ws > 14 ? 14 : ws;
 		} else if (kind == 4 && len == 2) {
 			o->sack = 1;
-		} else if (kind == 8 && len == 10 && off + 10 <= sizeof(th->b)) {
-			__u32 a = off & 63;
-			if (a > sizeof(th->b) - 10)
-				return 0;
-			const __u8 *p = &th->b[a];
+		} else if (kind == 8 && len == 10) {
 			o->ts = 1;
-			o->tsval = (__u32)p[2] << 24 | (__u32)p[3] << 16 | (__u32)p[4] << 8 | p[5];
-			o->tsecr = (__u32)p[6] << 24 | (__u32)p[7] << 16 | (__u32)p[8] << 8 | p[9];
+			o->tsval = (__u32)th->b[(off + 2) & 63] << 24 |
+				   (__u32)th->b[(off + 3) & 63] << 16 |
+				   (__u32)th->b[(off + 4) & 63] << 8 | th->b[(off + 5) & 63];
+			o->tsecr = (__u32)th->b[(off + 6) & 63] << 24 |
+				   (__u32)th->b[(off + 7) & 63] << 16 |
+				   (__u32)th->b[(off + 8) & 63] << 8 | th->b[(off + 9) & 63];
 		}
 		off += len;
 	}
@@ -424,14 +426,13 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3,
 	xl_cookie_tcp(tcp, (__u32)c, ecn);
 	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
 
-	struct {
-		__be32 saddr;
-		__be32 daddr;
-		__u8 zero;
-		__u8 proto;
-		__be16 len;
-	} ph = {ip->saddr, ip->daddr, 0, IPPROTO_TCP, bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS)};
-	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
+	/* The pseudo-header: both addresses straight from the packet (the
+	 * sum does not depend on their order), then zero, protocol, length.
+	 * Nothing of it on the stack: 6.1 bounds the stack of the whole call
+	 * chain to 512 bytes. */
+	__be32 ph = bpf_htonl(IPPROTO_TCP << 16 | (sizeof(*tcp) + XL_COOKIE_OPTS));
+	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ip->saddr, 8, 0);
+	sum = bpf_csum_diff(NULL, 0, &ph, sizeof(ph), sum);
 	tcp->check = xl_cookie_fold(
 	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
 	return 0;
@@ -486,10 +487,14 @@ static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
 	__builtin_memcpy(mac, eth->dst, 6);
 	__builtin_memcpy(eth->dst, eth->src, 6);
 	__builtin_memcpy(eth->src, mac, 6);
-	__u8 addr[16];
-	__builtin_memcpy(addr, ip6->saddr, 16);
-	__builtin_memcpy(ip6->saddr, ip6->daddr, 16);
-	__builtin_memcpy(ip6->daddr, addr, 16);
+	/* Swapped a word at a time, in registers. */
+	__u32 *sa = (__u32 *)ip6->saddr, *da = (__u32 *)ip6->daddr;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 w = sa[i];
+		sa[i] = da[i];
+		da[i] = w;
+	}
 	ip6->ver_tc_flow = bpf_htonl(6 << 28);
 	ip6->payload_len = bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS);
 	ip6->nexthdr = IPPROTO_TCP;
@@ -497,15 +502,11 @@ static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
 	xl_cookie_tcp(tcp, (__u32)c, ecn);
 	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
 
-	struct {
-		__u8 saddr[16];
-		__u8 daddr[16];
-		__be32 len;
-		__be32 next;
-	} ph = {.len = bpf_htonl(sizeof(*tcp) + XL_COOKIE_OPTS), .next = bpf_htonl(IPPROTO_TCP)};
-	__builtin_memcpy(ph.saddr, ip6->saddr, 16);
-	__builtin_memcpy(ph.daddr, ip6->daddr, 16);
-	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0);
+	/* The pseudo-header: both addresses straight from the packet, then
+	 * the length and the next header (see xl_cookie_answer4). */
+	__be32 ph[2] = {bpf_htonl(sizeof(*tcp) + XL_COOKIE_OPTS), bpf_htonl(IPPROTO_TCP)};
+	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)ip6->saddr, 32, 0);
+	sum = bpf_csum_diff(NULL, 0, ph, sizeof(ph), sum);
 	tcp->check = xl_cookie_fold(
 	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
 	return 0;
