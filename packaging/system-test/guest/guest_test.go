@@ -52,7 +52,8 @@ var (
 
 // rules is the rules file under test: a rule for each kind of panel of the
 // dashboard (limited, shadow, adaptive with a probe, concurrency, kernel
-// queue), so that every query has a series to return.
+// queue, SYN cookies, a fleet budget), so that every query has a series to
+// return.
 const rules = `interfaces: [xlg0]
 rules:
   - name: flood
@@ -83,6 +84,17 @@ rules:
     rate: 500
     behavior: paced
     paced: {max_queueing_time: 200ms, queue: kernel}
+  - name: web
+    protocol: tcp
+    ports: [8443]
+    syn_only: true
+    rate: 500
+    syn_cookies: auto
+  - name: shared
+    protocol: udp
+    ports: [9003]
+    rate: 2000
+    fleet: {rate: 3000, safe_rate: 1000}
 `
 
 // badRules does not validate (line 4: a reversed port range).
@@ -573,7 +585,7 @@ func redisPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropin := "[Service]\nExecStart=\nExecStart=/usr/bin/xlimit run --config /etc/xlimit/rules.yaml --rules-source " + src +
-		" --state-dir /var/lib/xlimit --api-socket /run/xlimit/api.sock\n"
+		" --fleet redis://127.0.0.1:6379/1 --node-name guest --state-dir /var/lib/xlimit --api-socket /run/xlimit/api.sock\n"
 	if err := os.WriteFile(filepath.Join(dir, "rules-source.conf"), []byte(dropin), 0o644); err != nil {
 		t.Fatal(err)
 	}
