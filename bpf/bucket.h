@@ -72,6 +72,15 @@ static __always_inline int xl_gcra(__u64 *tat, const struct xl_bucket *b, __u64 
 	return xl_gcra_take(tat, b->tol, now_u, inc, inc, &retry_u) != 0;
 }
 
+/* The drops a CPU may make without a clock read after a read found a
+ * bucket of tolerance tol empty for a packet of inc (xl_cache_empty):
+ * none when the tolerance leaves less than XL_SKIP_MIN_TOL_NS beyond the
+ * packet, so that a take up to a tick late loses no tokens. */
+static __always_inline __u32 xl_skip_grant(__u64 tol, __u64 inc)
+{
+	return tol >= inc + (XL_SKIP_MIN_TOL_NS << XL_TIME_SHIFT) ? XL_SKIP_DROPS : 0;
+}
+
 /* Per-CPU token cache in front of a shared bucket.
  *
  * A CPU borrows up to XL_BATCH_NS worth of the rate (at most a quarter of
@@ -108,10 +117,14 @@ static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
 	__u64 took = xl_gcra_take(tat, b->tol, now_u, need, want, &retry_u);
 
 	if (!took) {
-		/* Round up: no room strictly before retry_u. */
-		if (retry_u)
+		/* Round up: no room strictly before retry_u. A take that finds
+		 * the bucket empty starts a run of drops without clock reads
+		 * (xl_cache_empty): now is this tick's read. */
+		if (retry_u) {
 			c->retry_ns = now + ((retry_u - now_u) + (1 << XL_TIME_SHIFT) - 1) /
 						(1 << XL_TIME_SHIFT);
+			c->skip = xl_skip_grant(b->tol, inc);
+		}
 		return 0;
 	}
 	c->credit = c->credit + took - inc;
@@ -135,25 +148,45 @@ static __always_inline void xl_state_claim(struct xl_bucket_state *st, const str
 	}
 }
 
+/* A clock read for this CPU's cache of a slot, remembered with its tick:
+ * a read in a new tick ends a run of drops without reads (c->skip). */
+static __always_inline __u64 xl_cache_read(struct xl_cache *c, __u64 tick, __u64 *now)
+{
+	__u64 t = xl_time(now);
+	if (c->tick != tick) {
+		c->tick = tick;
+		c->skip = 0;
+	}
+	c->fresh_ns = t;
+	return t;
+}
+
 /* The control loop's limit for a rule while it is fresh and meant for this
- * rule; NULL otherwise, and then the static fallback applies (fail-static). */
+ * rule; NULL otherwise, and then the static fallback applies (fail-static).
+ * The deadline is checked against this CPU's last clock read of the slot
+ * while the tick is the same (so it takes effect at most one tick late),
+ * else against a new read. */
 static __always_inline const struct xl_limit *xl_limit_for(const struct xl_rule *r, __u32 slot,
-							   __u64 *now)
+							   struct xl_cache *c, __u64 *now)
 {
 	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
-	if (lim && lim->epoch == r->epoch && xl_time(now) < lim->deadline_ns)
-		return lim;
-	return NULL;
+	if (!lim || lim->epoch != r->epoch)
+		return NULL;
+	__u64 tick = xl_tick();
+	__u64 t = c->tick == tick ? c->fresh_ns : xl_cache_read(c, tick, now);
+	return t < lim->deadline_ns ? lim : NULL;
 }
 
 /* Claims this CPU's cache for rule r under the settings b: a cache filled
- * for another rule (another epoch) or under other settings is emptied. */
+ * for another rule (another epoch) or under other settings is emptied.
+ * Its last clock read stays: it is a fact about time, not about the rule. */
 static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_rule *r,
 					   const struct xl_bucket *b)
 {
 	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
 		c->credit = 0;
 		c->retry_ns = 0;
+		c->skip = 0;
 		c->mult = b->mult;
 		c->tol = b->tol;
 		c->epoch = r->epoch;
@@ -161,14 +194,36 @@ static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_r
 }
 
 /* Whether this CPU already knows the rule-wide bucket has no room for inc:
- * no credit left and before the time the bucket has room again. Reads *now
- * only when the credit is short. */
-static __always_inline int xl_cache_empty(const struct xl_cache *c, __u64 inc, __u64 *now)
+ * no credit left and before the time the bucket has room again.
+ *
+ * A read that finds the bucket empty lets the next XL_SKIP_DROPS packets
+ * short of credit drop without a read while the tick stays the same:
+ * during a flood the clock is read once per XL_SKIP_DROPS + 1 drops. Such
+ * a drop may come after retry_ns, so this CPU sees the bucket refill at
+ * most XL_SKIP_DROPS of its packets and at most one tick late. While the
+ * shared TAT is still ahead of now, a late take loses nothing (it starts
+ * from the TAT, not from now): a delay under tol - inc only moves
+ * admissions later and the long-run count stays exact; beyond that the
+ * bucket was full for the excess, which is all that can be lost
+ * (docs/dataplane.md, "Known empty"). Reads the time only when the credit
+ * is short and the run is over. */
+static __always_inline int xl_cache_empty(struct xl_cache *c, __u64 inc, __u64 *now)
 {
-	return c->credit < inc && xl_time(now) < c->retry_ns;
+	if (c->credit >= inc)
+		return 0;
+	__u64 tick = xl_tick();
+	if (c->skip && c->tick == tick) {
+		c->skip--;
+		return 1;
+	}
+	if (xl_cache_read(c, tick, now) >= c->retry_ns)
+		return 0;
+	c->skip = xl_skip_grant(c->tol, inc);
+	return 1;
 }
 
-/* xl_cached_admit with the time read only when the credit is short. */
+/* xl_cached_admit with the time read only when the credit is short (then
+ * xl_cache_empty has read it for this packet). */
 static __always_inline int xl_rule_admit(struct xl_cache *c, struct xl_bucket_state *st,
 					 const struct xl_bucket *b, __u64 inc, __u64 *now)
 {

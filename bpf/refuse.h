@@ -18,17 +18,16 @@
 
 /* Whether the SYN that rule r (slot of generation gen, bucket state st)
  * refused over its rate is to be answered with a reset; counts the
- * outcome (xl_reset_decide). Rules without XL_RULE_REFUSE_RESET pay one
- * flag test on their drops. */
+ * outcome (xl_reset_decide). b is the bucket in force for the packet and
+ * inc its cost in it. Rules without XL_RULE_REFUSE_RESET pay one flag test
+ * on their drops. */
 static __always_inline int xl_refuse_reset(struct xdp_md *ctx, __u32 gen, __u32 slot,
 					   const struct xl_rule *r, const struct xl_pkt *pkt,
-					   struct xl_bucket_state *st, __u64 len, __u64 *now)
+					   struct xl_bucket_state *st, const struct xl_bucket *b,
+					   __u64 inc, __u64 *now)
 {
 	if (!(r->flags & XL_RULE_REFUSE_RESET) || (r->flags & XL_RULE_SHADOW) || !pkt->syn)
 		return 0;
-	const struct xl_limit *lim = xl_limit_for(r, slot, now);
-	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
-	__u64 inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
 	return xl_reset_decide(ctx, gen, slot, pkt, st, b, inc, now) == XL_RESET_SENT;
 }
 

@@ -62,7 +62,7 @@ __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now,
 	if (!r || !st || !c || !(r->flags & XL_RULE_ACTIVE))
 		return 0;
 	xl_state_claim(st, r, now);
-	const struct xl_limit *lim = xl_limit_for(r, slot, now);
+	const struct xl_limit *lim = xl_limit_for(r, slot, c, now);
 	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
 	xl_cache_claim(c, r, b);
 	__u64 inc = xl_bucket_inc(b, 1);

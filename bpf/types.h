@@ -36,6 +36,17 @@
  * rate from the shared bucket at once (and at most a quarter of the burst):
  * the bound on how far admission can run ahead, per CPU. */
 #define XL_BATCH_NS 50000
+/* A CPU that read the clock and found a rule's bucket empty drops at most
+ * this many of the rule's next packets without reading it again, within
+ * the same tick (bucket.h, xl_cache_empty): the bound on how late it sees
+ * the bucket refill, in packets; the tick bounds it in time. */
+#define XL_SKIP_DROPS 16
+/* ... and only for a bucket whose tolerance exceeds a packet's cost by at
+ * least this much: more than a tick (10 ms at HZ=100) and its lateness,
+ * so that a late take still finds the TAT ahead of now and loses nothing. */
+#define XL_SKIP_MIN_TOL_NS 20000000ULL
+/* The fake clock's tick (tests): 2^22 ns, about 4.2 ms, like HZ=250. */
+#define XL_FAKE_TICK_SHIFT 22
 
 /* Protocol classes a rule can match. TCP and UDP have ports. */
 enum xl_proto {
@@ -221,14 +232,18 @@ struct xl_lpm6_key {
 /* A CPU's cache of tokens already charged to a rule's shared bucket
  * (state, per-CPU). While it holds credit, packets pass without touching
  * shared memory; while the shared bucket is known to be empty (until
- * retry_ns), packets drop without touching it either. */
+ * retry_ns), packets drop without touching it either, and up to skip of
+ * them without reading the clock while the tick is the one of its last
+ * read (bucket.h, xl_cache_empty). */
 struct xl_cache {
 	__u64 credit;	/* time units charged but not yet spent */
 	__u64 retry_ns; /* no room in the shared bucket before this time */
 	__u64 mult;	/* the bucket settings the cache was filled under */
 	__u64 tol;
+	__u64 fresh_ns; /* this CPU's last clock read for the slot */
+	__u64 tick;	/* the tick (jiffies) of that read; 0: none yet */
 	__u32 epoch;
-	__u32 _pad;
+	__u32 skip; /* drops left without a clock read (at most XL_SKIP_DROPS) */
 };
 
 /* Key of a source's bucket: the rule's slot and the source address masked

@@ -68,15 +68,18 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	__u32 reason = XL_REASON_RULE;
 	__u32 reset = 0;
 	__u32 cookie = 0;
+	const struct xl_bucket *b = &r->fallback;
+	__u64 inc = 0;
 	if ((pkt->fragment | pkt->first_frag) && (r->flags & XL_RULE_FRAG_DROP)) {
 		reason = XL_REASON_FRAGMENT;
 		goto out;
 	}
 	xl_state_claim(st, r, now);
-	const struct xl_limit *lim = xl_limit_for(r, slot, now);
-	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
+	const struct xl_limit *lim = xl_limit_for(r, slot, c, now);
+	if (lim)
+		b = &lim->bucket;
 	xl_cache_claim(c, r, b);
-	__u64 inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
+	inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
 	if (xl_cookie_first(r, slot, pkt, b, inc, now)) {
 		reason = XL_REASON_COOKIE;
 		cookie = XL_APPLY_COOKIE;
@@ -115,7 +118,7 @@ out:
 		cookie = XL_APPLY_COOKIE;
 	}
 	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE) &&
-	    xl_refuse_reset(ctx, gen, slot, r, pkt, st, len, now))
+	    xl_refuse_reset(ctx, gen, slot, r, pkt, st, b, inc, now))
 		reset = XL_APPLY_RESET;
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
 		verdict = XL_VERDICT_WOULD_DROP;

@@ -232,3 +232,111 @@ func TestAccuracyHighRates(t *testing.T) {
 		})
 	}
 }
+
+// TestSkipBound checks the bound on drops without a clock read
+// (bucket.h, xl_cache_empty): after a read finds a rule's bucket empty,
+// the CPU drops up to dataplane.SkipDrops more packets of the rule without
+// reading the clock, within the same tick, and only when the bucket's
+// tolerance exceeds a packet by dataplane.SkipMinTolNS. The Go model runs
+// beside the kernel (harness.run) and must agree on every packet.
+func TestSkipBound(t *testing.T) {
+	requireRoot(t)
+	const tick = uint64(1) << dataplane.FakeTickShift
+	frame := build(udpTo(srcA4, 53))
+	rule := func(t *testing.T, rate, burst float64) (*harness, int) {
+		h := newHarness(t)
+		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+			{Name: "r", Protocol: "udp", Ports: ports(53, 53), Rate: rate, Burst: burst},
+		}}, nil))
+		return h, h.slot(t, "r")
+	}
+	// A tick-aligned start, so that a test knows which instants share one.
+	t0 := 1000 * second / tick * tick
+
+	// A flood across many ticks, 2 packets per 100 µs at 10000/s (one
+	// token per step), burst 1000 (100 ms): the admissions run late by at
+	// most SkipDrops packets of the CPU, never by more, and lose nothing:
+	// after a pause of a tick the count is exact.
+	t.Run("flood", func(t *testing.T) {
+		t.Parallel()
+		h, _ := rule(t, 1e4, 1e3)
+		const step, perStep, steps = 100_000, 2, 10_000
+		admitted, maxLag := 0, 0
+		for k := range uint64(steps) {
+			now := t0 + k*step
+			n := perStep
+			if k == 0 {
+				n += 1000 // the burst
+			}
+			for range n {
+				if pass, _ := h.run(t, frame, now); pass {
+					admitted++
+				}
+			}
+			// Entitled by the end of step k: the burst and one token per
+			// step after the first.
+			lag := 1000 + int(k) - admitted
+			maxLag = max(maxLag, lag)
+			if lag > dataplane.SkipDrops/perStep+1 {
+				t.Fatalf("step %d: admitted %d, entitled to %d: %d late, more than %d packets of the CPU allow",
+					k, admitted, 1000+k, lag, dataplane.SkipDrops)
+			}
+			if lag < 0 {
+				t.Fatalf("step %d: admitted %d, entitled to %d", k, admitted, 1000+k)
+			}
+		}
+		// A tick later: the run ends, the bucket gives what it kept.
+		end := t0 + (steps-1)*step + tick
+		for range 100 {
+			if pass, _ := h.run(t, frame, end); pass {
+				admitted++
+			}
+		}
+		want := 1000 + int((end-t0)/step)
+		t.Logf("admitted %d, expected %d; at most %d late during the flood (SkipDrops %d, %d packets per token)",
+			admitted, want, maxLag, dataplane.SkipDrops, perStep)
+		if admitted != want && admitted != want+1 {
+			t.Errorf("admitted %d, want %d: a late take lost tokens", admitted, want)
+		}
+		if maxLag < 2 {
+			t.Errorf("never more than %d late: the run without clock reads was not exercised", maxLag)
+		}
+	})
+
+	// A trickle after a flood: the run of drops without reads ends with
+	// the tick, however few packets it saw.
+	t.Run("trickle", func(t *testing.T) {
+		t.Parallel()
+		h, _ := rule(t, 1000, 100) // 1 ms a token, 100 ms of burst
+		for range 120 {
+			h.run(t, frame, t0) // drains; the last read starts a run
+		}
+		// 2 ms on, same tick: 2 tokens, but the run drops without reading.
+		if pass, _ := h.run(t, frame, t0+2_000_000); pass {
+			t.Errorf("same tick, within the run: passed, want a drop without a clock read")
+		}
+		// Each a second apart: every one passes, the run left over is cut
+		// by the tick, not after SkipDrops packets.
+		for i := range uint64(dataplane.SkipDrops + 2) {
+			if pass, _ := h.run(t, frame, t0+(1+i)*second); !pass {
+				t.Errorf("trickle packet %d, a second after the last: dropped", i)
+			}
+		}
+	})
+
+	// A tolerance under SkipMinTolNS beyond a packet: no run, the refill
+	// is seen at once, within the tick.
+	t.Run("small burst", func(t *testing.T) {
+		t.Parallel()
+		h, _ := rule(t, 1000, 10) // 10 ms of burst
+		for range 20 {
+			h.run(t, frame, t0)
+		}
+		if pass, _ := h.run(t, frame, t0+1_000_000-1); pass {
+			t.Errorf("1 ns before the next token: passed")
+		}
+		if pass, _ := h.run(t, frame, t0+1_000_000); !pass {
+			t.Errorf("at the next token, same tick: dropped, want no run without reads for a small burst")
+		}
+	})
+}

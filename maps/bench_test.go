@@ -323,3 +323,53 @@ func benchCounters(b *testing.B, o *Objects, slot int) dataplane.Counters {
 	}
 	return c
 }
+
+// BenchmarkClock measures what the XDP program's candidate time sources
+// cost under BPF_PROG_TEST_RUN on this machine: a program that calls the
+// helper clockCalls times and drops, against the same program without the
+// calls (bare). ns/call is the difference per call. `make bench` runs it
+// with BenchmarkXDP; docs/dataplane.md says which source the drop path
+// reads and why.
+func BenchmarkClock(b *testing.B) {
+	requireRoot(b)
+	const clockCalls = 8
+	frame := build(udpTo(srcA4, 54))
+	prog := func(fn asm.BuiltinFunc, calls int) *ebpf.Program {
+		var ins asm.Instructions
+		for range calls {
+			ins = append(ins, fn.Call())
+		}
+		ins = append(ins, asm.Mov.Imm(asm.R0, 1), asm.Return())
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, Instructions: ins, License: "GPL"})
+		if err != nil {
+			b.Fatalf("load %v: %v", fn, err)
+		}
+		return p
+	}
+	bare := prog(asm.FnKtimeGetNs, 0)
+	defer bare.Close()
+	for _, c := range []struct {
+		name string
+		fn   asm.BuiltinFunc
+	}{
+		{"ktime_get_ns", asm.FnKtimeGetNs},
+		{"ktime_get_coarse_ns", asm.FnKtimeGetCoarseNs},
+		{"jiffies64", asm.FnJiffies64},
+	} {
+		p := prog(c.fn, clockCalls)
+		b.Run(c.name, func(b *testing.B) {
+			_, bareRun, err := bare.Benchmark(frame, b.N, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, run, err := p.Benchmark(frame, b.N, b.ResetTimer)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(run.Nanoseconds()), "ns/op")
+			b.ReportMetric(float64(bareRun.Nanoseconds()), "bare-ns/op")
+			b.ReportMetric(float64(run-bareRun)/clockCalls, "ns/call")
+		})
+		p.Close()
+	}
+}

@@ -28,8 +28,10 @@ type resptimeXlCache struct {
 	RetryNs uint64
 	Mult    uint64
 	Tol     uint64
+	FreshNs uint64
+	Tick    uint64
 	Epoch   uint32
-	Pad     uint32
+	Skip    uint32
 }
 
 type resptimeXlConns struct {

@@ -211,12 +211,17 @@ func TestReloadKeepsState(t *testing.T) {
 		t.Errorf("drained bucket admitted %d right after the reload, want 0", got)
 	}
 	// At 20/s with a burst of 5 (250 ms) the TAT, 500 ms ahead, admits
-	// again 300 ms later: one packet, then another every 50 ms.
+	// again 300 ms later: one packet, then another every 50 ms. (The
+	// probe 1 ns before reads the clock on its first packet only: after a
+	// read that finds the bucket empty the cache drops without reading
+	// until the next tick (bucket.h, xl_cache_empty), so the probe at
+	// 300 ms is a tick later.)
 	if got := offer(t, h, api, apiFrame, t0+300*second/1000-1, 3); got != 0 {
 		t.Errorf("1 ns before 300 ms: admitted %d, want 0", got)
 	}
-	if got := offer(t, h, api, apiFrame, t0+300*second/1000, 3); got != 1 {
-		t.Errorf("at 300 ms: admitted %d, want 1", got)
+	at300 := t0 + 300*second/1000 + 1<<dataplane.FakeTickShift
+	if got := offer(t, h, api, apiFrame, at300, 3); got != 1 {
+		t.Errorf("at 300 ms (the next tick): admitted %d, want 1", got)
 	}
 	// The counters carried on: 5+1 passed, 5+5+3+2 dropped.
 	c := h.slotCounters(t, api)

@@ -119,7 +119,68 @@ func (b Bucket) GCRA(tat *uint64, nowNS uint64, cost uint64) bool {
 // Cache is the Go model of one CPU's token cache (struct xl_cache).
 type Cache struct {
 	Credit, RetryNS, Mult, Tol uint64
-	Epoch                      uint32
+	// FreshNS is the cache's last clock read and Tick its tick (0: none).
+	FreshNS, Tick uint64
+	Epoch         uint32
+	// Skip is how many drops are left without a clock read (SkipDrops at
+	// most), within Tick.
+	Skip uint32
+}
+
+// read is the Go model of bucket.h's xl_cache_read: a clock read at nowNS,
+// remembered with its tick; a read in a new tick ends a run of drops
+// without reads.
+func (c *Cache) read(nowNS uint64) uint64 {
+	if t := FakeTick(nowNS); c.Tick != t {
+		c.Tick, c.Skip = t, 0
+	}
+	c.FreshNS = nowNS
+	return nowNS
+}
+
+// Time is the time the cache answers a deadline with (bucket.h,
+// xl_limit_for): its last read while the tick is the same, else a new
+// read.
+func (c *Cache) Time(nowNS uint64) uint64 {
+	if c.Tick == FakeTick(nowNS) {
+		return c.FreshNS
+	}
+	return c.read(nowNS)
+}
+
+// Claim is the Go model of bucket.h's xl_cache_claim: a cache filled for
+// another rule or under other settings is emptied; its last read stays.
+func (c *Cache) Claim(b Bucket, epoch uint32) {
+	if c.Epoch != epoch || c.Mult != b.Mult || c.Tol != b.Tol {
+		c.Credit, c.RetryNS, c.Skip = 0, 0, 0
+		c.Mult, c.Tol, c.Epoch = b.Mult, b.Tol, epoch
+	}
+}
+
+// Empty is the Go model of bucket.h's xl_cache_empty: whether the cache
+// knows the shared bucket has no room for inc, with up to SkipDrops drops
+// without a read after a read found it empty, within the tick.
+func (c *Cache) Empty(inc, nowNS uint64) bool {
+	if c.Credit >= inc {
+		return false
+	}
+	if c.Skip > 0 && c.Tick == FakeTick(nowNS) {
+		c.Skip--
+		return true
+	}
+	if c.read(nowNS) >= c.RetryNS {
+		return false
+	}
+	c.Skip = skipGrant(c.Tol, inc)
+	return true
+}
+
+// skipGrant is the Go model of bucket.h's xl_skip_grant.
+func skipGrant(tol, inc uint64) uint32 {
+	if tol >= inc+SkipMinTolNS<<TimeShift {
+		return SkipDrops
+	}
+	return 0
 }
 
 // Admit is the Go model of bucket.h's xl_cached_admit: a packet taking inc
@@ -140,6 +201,7 @@ func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64) bool {
 	if took == 0 {
 		if retryU != 0 {
 			c.RetryNS = nowNS + (retryU-nowNS<<TimeShift+1<<TimeShift-1)/(1<<TimeShift)
+			c.Skip = skipGrant(b.Tol, inc)
 		}
 		return false
 	}

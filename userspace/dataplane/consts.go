@@ -27,7 +27,21 @@ const (
 	// BatchNS is how much time's worth of its rate a CPU's token cache
 	// borrows from a rule's shared bucket at once (bucket.h).
 	BatchNS = 50000
+	// SkipDrops is how many drops a CPU's cache makes without reading the
+	// clock after a read found its bucket empty, within one tick
+	// (bucket.h, XL_SKIP_DROPS).
+	SkipDrops = 16
+	// SkipMinTolNS: only a bucket whose tolerance exceeds a packet's cost
+	// by this much grants SkipDrops (bucket.h, XL_SKIP_MIN_TOL_NS).
+	SkipMinTolNS = 20000000
+	// FakeTickShift: under the fake clock the tick is the time in units of
+	// 2^FakeTickShift ns, plus 1 (clock.h, XL_FAKE_TICK_SHIFT).
+	FakeTickShift = 22
 )
+
+// FakeTick is the tick of the fake clock at nowNS (clock.h, xl_tick): the
+// model runs on the fake clock's time.
+func FakeTick(nowNS uint64) uint64 { return nowNS>>FakeTickShift + 1 }
 
 // Proto is a protocol class a rule matches (enum xl_proto).
 type Proto uint8

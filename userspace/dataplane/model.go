@@ -329,14 +329,12 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 	}
 	b := r.Fallback
 	lim := &m.Limits[slot]
-	fresh := lim.Epoch == r.Epoch && nowNS < lim.DeadlineNS
+	c := &m.caches[slot]
+	fresh := lim.Epoch == r.Epoch && c.Time(nowNS) < lim.DeadlineNS
 	if fresh {
 		b = lim.Bucket
 	}
-	c := &m.caches[slot]
-	if c.Epoch != r.Epoch || c.Mult != b.Mult || c.Tol != b.Tol {
-		*c = Cache{Mult: b.Mult, Tol: b.Tol, Epoch: r.Epoch}
-	}
+	c.Claim(b, r.Epoch)
 	cost := uint64(1)
 	if r.Flags&RuleBytes != 0 {
 		cost = uint64(pkt.Len)
@@ -371,7 +369,7 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 		m.Counters[slot].Resets[out]++
 		return VerdictDrop, why, out == ResetSent
 	}
-	if c.Credit < inc && nowNS < c.RetryNS {
+	if c.Empty(inc, nowNS) {
 		return refuse(ReasonRule)
 	}
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
