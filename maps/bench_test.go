@@ -36,9 +36,11 @@ const (
 //
 //	go test -run '^$' -bench . -benchtime 2000000x ./maps/
 //
-// One CPU (a run of b.N repeats): no_rule, rule_pass, rule_drop,
-// allowlisted, ipv6_ext, per_source_hit (one source, its bucket found in
-// the LRU every time).
+// One CPU (a run of b.N repeats): no_rule, rule_pass, rule_drop (a
+// drained bucket whose burst lets its CPU drop without reading the clock
+// after a read that found it empty), rule_drop_burst1 (burst 1: every drop
+// reads the clock), allowlisted, ipv6_ext, per_source_hit (one source, its
+// bucket found in the LRU every time).
 //
 // All CPUs at once (*_allcpu: one thread pinned to each CPU, each running
 // b.N repeats at the same time, against one rule): ns/op is the kernel's
@@ -74,8 +76,15 @@ func BenchmarkXDP(b *testing.B) {
 		Deny:  []netip.Prefix{pfx("10.66.0.0/16")},
 		Rules: []dataplane.RuleSpec{
 			{Name: "pass", Protocol: "udp", Ports: ports(53, 53), Rate: 1e9, Burst: 1e9},
-			// One packet per 1000 s: drained by the first run below.
-			{Name: "drop", Protocol: "udp", Ports: ports(54, 54), Rate: 0.001, Burst: 1},
+			// One packet per 1000 s, burst 2: drained by the first run
+			// below. Its burst leaves more than 20 ms beyond a packet, so
+			// its CPU drops without a clock read after a read that found
+			// the bucket empty (bucket.h, xl_cache_empty), as a rule with
+			// the default burst (a second's worth) does.
+			{Name: "drop", Protocol: "udp", Ports: ports(54, 54), Rate: 0.001, Burst: 2},
+			// Burst 1: no room beyond a packet, so every drop reads the
+			// clock (rule_drop_burst1).
+			{Name: "drop1", Protocol: "udp", Ports: ports(56, 56), Rate: 0.001, Burst: 1},
 			{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 1e9, Burst: 1e9},
 			// Per-source buckets that never run dry at these rates.
 			{Name: "src", Protocol: "udp", Ports: ports(55, 55), Rate: 1e9, Burst: 1e9,
@@ -111,6 +120,7 @@ func BenchmarkXDP(b *testing.B) {
 		{"no_rule", build(udpTo(srcA4, 9)), xdpPass},
 		{"rule_pass", passFrame, xdpPass},
 		{"rule_drop", dropFrame, xdpDrop},
+		{"rule_drop_burst1", build(udpTo(srcA4, 56)), xdpDrop},
 		{"allowlisted", build(udpTo(netip.MustParseAddr("10.1.2.3"), 54)), xdpPass},
 		{"ipv6_ext", build(v6ext), xdpPass},
 		{"per_source_hit", srcFrame, xdpPass},
