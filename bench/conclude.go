@@ -232,7 +232,59 @@ func (r *results) conclusions(b *strings.Builder) {
 	for _, gb := range r.tests {
 		w("- %s: `%s`.\n", gb.name, gb.result)
 	}
+	for _, t := range r.floodTargets() {
+		w("- %s\n", t)
+	}
 	w("\n")
+}
+
+// floodTargets states issue 18's targets for the flood path, each met or
+// MISSED by this run's figures (medians), or why it is not judged.
+func (r *results) floodTargets() []string {
+	met := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**MISSED**"
+	}
+	var out []string
+	if ref := r.cmp[key{rcvDrop, 0}]; len(ref) > 0 {
+		refRate, base := over(ref, mpps).med, over(ref, pathNS).med
+		if xl := r.cmp[key{rcvXlimit, 0}]; len(xl) > 0 {
+			reached, above := over(xl, mpps).med, over(xl, pathNS).med-base
+			out = append(out, fmt.Sprintf("Target (issue 18): xlimit flat out at ≥ 80 %% of a bare XDP_DROP's rate: %.0f %% (%.2f of %.2f Mpps), %s.",
+				100*reached/refRate, reached, refRate, met(reached >= 0.8*refRate)))
+			if nft := r.cmp[key{rcvNftLimit, 0}]; len(nft) > 0 {
+				nftAbove := over(nft, pathNS).med - base
+				out = append(out, fmt.Sprintf("Target (issue 18): CPU per packet above XDP_DROP ≤ 0.12 × nftables `limit`'s: %.0f ns against %.0f ns, %.2f×, %s.",
+					above, nftAbove, above/nftAbove, met(above <= 0.12*nftAbove)))
+			}
+		}
+	}
+	med := func(name, unit string) (float64, bool) {
+		var vs []float64
+		for _, l := range r.mapsLines {
+			if v, ok := l.metrics[unit]; ok && l.name == name {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			return 0, false
+		}
+		return spreadOf(vs).med, true
+	}
+	pass, ok1 := med("rule_pass", "ns/op")
+	drop, ok2 := med("rule_drop", "ns/op")
+	if ok1 && ok2 {
+		out = append(out, fmt.Sprintf("Target (issue 18): BenchmarkXDP rule_drop ≤ 1.3 × rule_pass: %.0f against %.0f ns, %.2f×, %s.",
+			drop, pass, drop/pass, met(drop <= 1.3*pass)))
+	}
+	for _, c := range []string{"rule_pass_allcpu", "rule_drop_allcpu", "per_source_hit_allcpu"} {
+		if x, ok := med(c, "x-1cpu"); ok {
+			out = append(out, fmt.Sprintf("Target (issue 18): %s on all CPUs ≤ 1.1 × one CPU per packet: %.2f×, %s.", c, x, met(x <= 1.1)))
+		}
+	}
+	return out
 }
 
 // loadOver is whether a /proc/loadavg triple's 1-minute figure is above
