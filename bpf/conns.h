@@ -41,6 +41,20 @@ static __always_inline int xl_conc_admit(const struct xl_rule *r, __u32 slot)
 	return ((__u64)bpf_get_prandom_u32() * span >> 32) >= over;
 }
 
+/* Whether the control loop's in-flight cap (lim: its limit, NULL when none
+ * is in force) refuses a packet of rule r: a SYN while the rule's count is
+ * at the cap. The count of another rule's epoch is none of its own. */
+static __always_inline int xl_cap_refusal(const struct xl_rule *r, __u32 slot,
+					  const struct xl_pkt *pkt, const struct xl_limit *lim)
+{
+	if (!pkt->syn || !lim || !lim->conc_cap)
+		return 0;
+	struct xl_conns *c = bpf_map_lookup_elem(&xl_conns, &slot);
+	if (!c || c->epoch != r->epoch)
+		return 0;
+	return c->count >= (__s64)lim->conc_cap;
+}
+
 /* Whether the breaker's gate lets a new connection in. At XL_GATE_ALL the
  * first gate_probes SYNs of each gate_round pass: one compare-and-swap of
  * (round, count), and a lost race drops, so a round never lets more than

@@ -183,6 +183,13 @@ struct xl_limit {
 	__u32 gate_drop;
 	__u32 gate_probes;
 	__u32 gate_round;
+	/* The control loop's cap on the rule's connections in flight
+	 * (xl_conns): a SYN is refused while the count is at or above it; 0:
+	 * no cap. Written while the service is saturated, so that a fall of
+	 * its service rate cannot grow the queue between two ticks
+	 * (docs/control.md, "The setpoint and the in-flight cap"). */
+	__u32 conc_cap;
+	__u32 _pad;
 };
 
 #define XL_GATE_ALL 0xffffffffu

@@ -68,6 +68,7 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	__u32 reason = XL_REASON_RULE;
 	__u32 reset = 0;
 	__u32 cookie = 0;
+	__u32 capped = 0; /* refused by the control loop's in-flight cap */
 	const struct xl_bucket *b = &r->fallback;
 	__u64 inc = 0;
 	if ((pkt->fragment | pkt->first_frag) && (r->flags & XL_RULE_FRAG_DROP)) {
@@ -98,6 +99,13 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 			reset = XL_APPLY_RESET;
 		goto out;
 	}
+	/* The control loop's in-flight cap refuses as the rate does: answered
+	 * only under `refuse: reset` (below). */
+	if (xl_cap_refusal(r, slot, pkt, lim)) {
+		reason = XL_REASON_CONCURRENCY;
+		capped = 1;
+		goto out;
+	}
 
 	/* The rule-wide bucket known empty: drop before the per-source table
 	 * is touched, so a spoofed flood costs no LRU insert once it is over
@@ -117,7 +125,7 @@ out:
 		reason = XL_REASON_COOKIE;
 		cookie = XL_APPLY_COOKIE;
 	}
-	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE) &&
+	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE || capped) &&
 	    xl_refuse_reset(ctx, gen, slot, r, pkt, st, b, inc, now))
 		reset = XL_APPLY_RESET;
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))

@@ -195,11 +195,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		defer host.Close()
 		reader.Host = host
 		// The kernel's per-rule handshakes and response times (measures.go).
-		if s, ok := host.(interface {
-			SetSources(xsignal.HandshakeCounter, xsignal.ResponseTimes)
-		}); ok {
+		if s, ok := host.(interface{ SetSources(xsignal.KernelSources) }); ok {
 			km := &kernelMeasures{d: d}
-			s.SetSources(km, km)
+			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km})
 		}
 		d.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
@@ -355,7 +353,8 @@ func (d *daemon) afterTick(rep control.TickReport) {
 		if r.Err != nil {
 			d.log.Warn("control tick", "rule", r.Name, "err", r.Err)
 		}
-		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale)
+		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale,
+			"demand", r.Demand, "in_flight_cap", r.InFlightCap)
 	}
 	d.queueRates(rep)
 	d.dog.ping(rep.Start)

@@ -38,6 +38,22 @@ func (k *kernelMeasures) Handshakes(rule *xsignal.Rule) (uint64, bool) {
 	return best, ok
 }
 
+// InFlight returns the rule's connections in flight as the sock_ops
+// program counts them (for its in-flight cap). As for the handshakes,
+// every interface's program sees every connection of the namespace, and
+// each counts a connection toward its own plan's slot: the largest count
+// of a slot whose count belongs to the rule in force (its epoch) is taken.
+func (k *kernelMeasures) InFlight(rule *xsignal.Rule) (int64, bool) {
+	var best int64
+	ok := false
+	k.eachRule(rule, func(t measureTables, slot int, epoch uint32) {
+		if c, err := t.Conns(slot); err == nil && c.Epoch == epoch {
+			best, ok = max(best, c.Count), true
+		}
+	})
+	return best, ok
+}
+
 // ResponseTime returns the rule's responses so far, summed over the
 // interfaces (each sees its own flows), and the median response time of
 // those since the previous call.
@@ -74,11 +90,17 @@ func (k *kernelMeasures) ResponseTime(rule *xsignal.Rule) (xsignal.ResponseReadi
 type measureTables interface {
 	Handshakes(slot int) (uint64, error)
 	ResponseTimes(slot int) (dataplane.RespHist, error)
+	Conns(slot int) (dataplane.Conns, error)
 }
 
 // each calls f with the tables and the rule's slot of every interface
 // whose plan in force has the rule.
 func (k *kernelMeasures) each(rule *xsignal.Rule, f func(t measureTables, slot int)) {
+	k.eachRule(rule, func(t measureTables, slot int, _ uint32) { f(t, slot) })
+}
+
+// eachRule is each with the epoch of the rule in the slot.
+func (k *kernelMeasures) eachRule(rule *xsignal.Rule, f func(t measureTables, slot int, epoch uint32)) {
 	k.d.mu.Lock()
 	defer k.d.mu.Unlock()
 	for _, a := range k.d.attach {
@@ -87,7 +109,7 @@ func (k *kernelMeasures) each(rule *xsignal.Rule, f func(t measureTables, slot i
 			continue
 		}
 		if slot := p.Slot(rule.Name); slot >= 0 {
-			f(a.Tables(), slot)
+			f(a.Tables(), slot, p.Rules[slot].Epoch)
 		}
 	}
 }

@@ -87,6 +87,14 @@ func Translate(cfg *config.Config) *Specs {
 		// handshakes (bpf/resptime.h).
 		if dr := &s.Dataplane.Rules[len(s.Dataplane.Rules)-1]; dr.Protocol == "tcp" || dr.Protocol == "any" {
 			dr.ServiceRate = true
+			// Track caps the connections in flight of a rule whose
+			// signal measures connections that wait (the accept queue,
+			// requests awaiting their response): the kernel counts them
+			// (docs/control.md, "The setpoint and the in-flight cap").
+			if a := r.Adaptive; a != nil && a.Law == config.LawTrack &&
+				(a.Signal == config.SignalAcceptQueue || a.Signal == config.SignalResponseTime) {
+				dr.InFlight = true
+			}
 		}
 	}
 	if len(s.Queues.Queues) > 0 {

@@ -127,6 +127,8 @@ type resptimeXlLimit struct {
 	GateDrop   uint32
 	GateProbes uint32
 	GateRound  uint32
+	ConcCap    uint32
+	Pad        uint32
 }
 
 type resptimeXlLpm4Key struct {

@@ -161,6 +161,8 @@ type tcXlLimit struct {
 	GateDrop   uint32
 	GateProbes uint32
 	GateRound  uint32
+	ConcCap    uint32
+	Pad        uint32
 }
 
 type tcXlLpm4Key struct {

@@ -171,6 +171,8 @@ type xdpXlLimit struct {
 	GateDrop   uint32
 	GateProbes uint32
 	GateRound  uint32
+	ConcCap    uint32
+	Pad        uint32
 }
 
 type xdpXlLpm4Key struct {

@@ -60,6 +60,13 @@ type Step struct {
 	Action Action
 	// Clamped reports that R_min or R_max bounded the step.
 	Clamped bool
+	// InFlightCap, when not 0, is the most connections the rule may have
+	// in flight until the next tick (Track only; the kernel refuses new
+	// ones beyond it).
+	InFlightCap float64
+	// MaxBurst, when not 0, bounds the burst written with Rate (Track:
+	// the setpoint's queue at the new rate).
+	MaxBurst float64
 }
 
 // AIMD is the adaptive law of docs/design.md §5.4. Per tick, with the smoothed

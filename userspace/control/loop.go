@@ -101,6 +101,9 @@ type RuleReport struct {
 	// Demand is the rule's offered rate over the tick: packets/s seen by
 	// the kernel, passed or not.
 	Demand float64
+	// InFlightCap is the cap on the rule's connections in flight written
+	// with its rate (0: none).
+	InFlightCap uint32
 }
 
 // TickReport is the outcome of one tick.
@@ -351,6 +354,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	}
 
 	rate, burst := r.rate, r.burst
+	var inFlightCap uint32
 	switch {
 	case r.warm != nil:
 		// Sentinel syncs its tokens on the first request of a second; the
@@ -380,6 +384,13 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		}
 		rate = step.Rate
 		burst = r.spec.Burst * rate / r.spec.Rate
+		if step.MaxBurst > 0 {
+			burst = min(burst, step.MaxBurst)
+		}
+		if step.InFlightCap >= 1 {
+			inFlightCap = uint32(min(step.InFlightCap, math.MaxUint32))
+		}
+		rep.InFlightCap = inFlightCap
 		r.state, r.latency = step.Action.String(), step.Smoothed
 		rep.Stale = step.Action == ActionHoldStale
 	}
@@ -450,12 +461,12 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		// keeps its own rate whenever the host is not overloaded.
 		r.rate, r.burst = r.spec.Rate, r.spec.Burst
 		rep.Rate, rep.Burst, rep.State = rate, burst, r.state
-		rep.Err = r.write(rate, burst, gate, deadline)
+		rep.Err = r.write(rate, burst, gate, 0, deadline)
 		return rep
 	}
 	r.rate, r.burst = rate, burst
 	rep.Rate, rep.Burst, rep.State, rep.Latency = rate, burst, r.state, r.latency
-	rep.Err = r.write(rate, burst, gate, deadline)
+	rep.Err = r.write(rate, burst, gate, inFlightCap, deadline)
 	return rep
 }
 
@@ -499,13 +510,13 @@ func (r *ruleState) read() (pass, seen uint64, err error) {
 	return pass, seen, nil
 }
 
-func (r *ruleState) write(rate, burst float64, gate dataplane.Gate, deadline uint64) error {
+func (r *ruleState) write(rate, burst float64, gate dataplane.Gate, inFlightCap uint32, deadline uint64) error {
 	b, err := dataplane.NewBucket(rate, burst, r.spec.Bytes)
 	if err != nil {
 		return fmt.Errorf("rate of %s: %w", r.spec.Name, err)
 	}
 	for _, t := range r.targets {
-		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch, Gate: gate}); err != nil {
+		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch, Gate: gate, ConcCap: inFlightCap}); err != nil {
 			return fmt.Errorf("write rate of %s: %w", r.spec.Name, err)
 		}
 	}

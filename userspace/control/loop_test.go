@@ -270,20 +270,28 @@ func TestLoopTrack(t *testing.T) {
 		t.Errorf("idle: %+v", r)
 	}
 	// 50 passed and 100 dropped in 50 ms: demand 3000/s, used 1000/s;
-	// an empty queue: probe by 1 + 25 ms / 75 ms.
+	// an empty queue: probe by 1 + 8.33 ms / 75 ms (the setpoint, a
+	// third of the target, over τ).
+	sp := 0.025 * setpointFactor
 	k.admit(1, 50)
 	clock.Advance(50 * time.Millisecond)
 	r := loop.Tick().Rules[0]
-	if r.State != "probe" || math.Abs(r.Rate-1000*(1+0.025/0.075)) > 1e-6 {
+	if r.State != "probe" || math.Abs(r.Rate-1000*(1+sp/0.075)) > 1e-6 {
 		t.Errorf("probe: %+v", r)
 	}
-	// A queue of 50 at 1000/s, target queue 25: R = 1000 − 25/0.075.
+	// A queue of 50 at 1000/s, setpoint queue 8.33: R = 1000 − 41.67/0.075,
+	// and 60 connections in flight (10 in service) are capped at 10 +
+	// 8.33 → 18 in the kernel.
 	s.sig.QueueDepth, s.sig.Latency = 50, 50*time.Millisecond
+	s.sig.InFlight, s.sig.HasInFlight = 60, true
 	k.admit(1, 50)
 	clock.Advance(50 * time.Millisecond)
 	r = loop.Tick().Rules[0]
-	if want := 1000 - 25/0.075; r.State != "track" || math.Abs(r.Rate-want) > 1e-6 || math.Abs(k.limits[1].Bucket.Rate()-want) > 1e-3 {
+	if want := 1000 + (1000*sp-50)/0.075; r.State != "track" || math.Abs(r.Rate-want) > 1e-6 || math.Abs(k.limits[1].Bucket.Rate()-want) > 1e-3 {
 		t.Errorf("track: %+v (kernel %v), want %.1f", r, k.limits[1].Bucket.Rate(), want)
+	}
+	if r.InFlightCap != 18 || k.limits[1].ConcCap != 18 {
+		t.Errorf("in-flight cap: report %d, kernel %d, want 18", r.InFlightCap, k.limits[1].ConcCap)
 	}
 }
 

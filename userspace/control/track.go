@@ -25,6 +25,14 @@ const trackWindow = 2
 // tauFactor is τ in sample intervals (docs/control.md, "Stability").
 const tauFactor = 1.5
 
+// setpointFactor is where the law holds the queueing delay, as a fraction
+// of target_latency (docs/control.md, "The setpoint and the in-flight
+// cap"): the target is the most a request should wait, not the wait to
+// aim at. Held at a third of it, the queue's excursions within a tick and
+// a fall of the service rate to a third before the next tick stay under
+// it.
+const setpointFactor = 1.0 / 3
+
 // minDelayGrowth is the smallest 1 + dW/dt from which the estimator μ = λ /
 // (1 + dW/dt) of signals that give only a latency is taken: below it the
 // delay falls nearly in real time, the queue drains with few arrivals, and
@@ -37,21 +45,29 @@ const minDelayGrowth = 0.5
 // the change of the queueing delay W) and the queue q (measured, or W·μ),
 // and sets
 //
-//	R = μ + (target·μ − q) / τ,    τ = 2 × the interval between samples
+//	R = μ + (s·μ − q) / τ,    s = target / 3,  τ = 1.5 × the interval between samples
 //
-// which drains or fills the queue toward target·μ, halving the error each
-// sample. With the queue empty μ is what the service took (a lower bound),
-// so the same formula probes upward by the factor 1 + target/τ while the
-// rule refuses traffic; with the queue at or below the target and nothing
+// which drains or fills the queue toward s·μ (the setpoint), cutting the
+// error to a third each sample. With the queue empty μ is what the service
+// took (a lower bound), so the same formula probes upward by the factor
+// 1 + s/τ while the rule refuses traffic; with the queue at or below the
+// setpoint and nothing
 // refused it holds the rate (an unused rate must not grow, and a service
 // that keeps up is no evidence for a lower one). On errors above the
 // threshold the rate is at most μ. R stays in [MinRate, MaxRate].
 //
+// While the service is saturated and the signal reads its connections in
+// flight n, the law also caps them at n − q + s·μ (Step.InFlightCap): the
+// kernel then refuses a new connection once the queue is back at the
+// setpoint, at once, without waiting for the next tick, so that a fall of
+// the service rate cannot grow the queue between two ticks.
+//
 // A Track is not safe for concurrent use.
 type Track struct {
-	p      TrackParams
-	target float64 // seconds
-	rate   float64
+	p        TrackParams
+	target   float64 // seconds
+	setpoint float64 // seconds: target × setpointFactor
+	rate     float64
 
 	mus       [trackWindow]float64 // service rates of the last saturated samples
 	nmu, imu  int
@@ -60,7 +76,31 @@ type Track struct {
 	elapsed   float64 // seconds since the last fresh sample
 	delay     float64 // seconds, of the last fresh sample
 	last      float64 // service rate of the last saturated sample
+	// The in-flight cap's memory: the connections in service (n − q) and
+	// the service rate at the last saturated sample with a count, and
+	// the fresh samples since.
+	busy, busyMu float64
+	busyAge      int
+	// The service rate under the cap, smoothed over capSmooth samples,
+	// and how many samples it has (0: not under the cap).
+	capMu float64
+	capN  int
 }
+
+// capSmooth is the number of samples the service-rate estimate under the
+// in-flight cap averages (an EWMA of weight 1/capSmooth once it has them).
+// Under the cap the rate only feeds it, so it can follow the service
+// slowly and steadily; a fall of the service's rate shows as a queue above
+// the setpoint, which leaves the cap's regime for the fast formula.
+const capSmooth = 8
+
+// capHold is how many fresh samples with an empty queue keep the in-flight
+// cap of the last saturated one: an accept queue read empty for one
+// sample (the service caught up for an instant) must not open the gate to
+// the whole backlog of SYNs, and a service that stays unsaturated must not
+// be capped (its connections may be long-lived; a cap would ration their
+// growth).
+const capHold = 2
 
 // NewTrack returns the law for a rule's adaptive section, starting at rate
 // initial clamped into [MinRate, MaxRate].
@@ -78,7 +118,8 @@ func NewTrack(p TrackParams, initial float64) (*Track, error) {
 	case !finite(initial):
 		return nil, fmt.Errorf("new track: %w", invalid("initial rate %v: must be a number", initial))
 	}
-	return &Track{p: p, target: p.TargetLatency.Seconds(), rate: min(max(initial, p.MinRate), p.MaxRate)}, nil
+	target := p.TargetLatency.Seconds()
+	return &Track{p: p, target: target, setpoint: target * setpointFactor, rate: min(max(initial, p.MinRate), p.MaxRate)}, nil
 }
 
 // Rate is the rate in force.
@@ -103,7 +144,9 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	valid := func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // false for NaN
 	latencyOK := !in.LatencyStale && !in.LatencyRepeated && in.Latency >= 0
 	queueOK := in.HasQueue && valid(in.QueueDepth)
-	step := Step{Rate: t.rate, Smoothed: seconds(t.delay), Action: ActionHoldStale}
+	// A burst larger than the setpoint's queue would put the queue past
+	// the setpoint in one go.
+	step := Step{Rate: t.rate, Smoothed: seconds(t.delay), Action: ActionHoldStale, MaxBurst: max(t.setpoint*t.rate, 1)}
 	if !(latencyOK || queueOK) || !valid(in.UsedRate) || t.elapsed <= 0 {
 		if t.havePrev {
 			step.Error = (t.target - t.delay) / t.target
@@ -146,14 +189,21 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	// and then catches up is not starved for it, and a real fall of its
 	// capacity shows in the queue before it shows in the estimate.
 	saturated := (queueOK && in.QueueDepth > 0) || (!queueOK && w > 0)
+	// An instant of an empty queue under the in-flight cap (capHold): the
+	// service was saturated a sample ago and the cap, not the rate,
+	// decides what it gets; its estimate stands.
+	hold := !saturated && in.HasInFlight && valid(in.InFlight) && t.busyAge < capHold && t.nmu > 0
 	mu := s
-	if saturated {
+	switch {
+	case saturated:
 		t.last = s
 		t.mus[t.imu] = s
 		t.imu = (t.imu + 1) % trackWindow
 		t.nmu = min(t.nmu+1, trackWindow)
 		mu = t.mu()
-	} else {
+	case hold:
+		mu = max(t.mu(), s)
+	default:
 		t.nmu, t.imu = 0, 0
 	}
 	var q float64
@@ -170,7 +220,31 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	step.Smoothed, step.Error = seconds(w), (t.target-w)/t.target
 
 	tau := tauFactor * interval
-	next := mu + (t.target*mu-q)/tau
+	next := mu + (t.setpoint*mu-q)/tau
+	step.InFlightCap = t.inFlightCap(in, saturated, q, mu)
+	capped := step.InFlightCap > 0
+	if capped && q <= t.setpoint*mu {
+		// The cap holds the queue at the setpoint between ticks, at once;
+		// the rate only has to keep it fed, at the probing factor above
+		// the smoothed service rate. The queue term would fight the cap:
+		// under it the queue read at a tick is noise between 0 and the
+		// setpoint. Above the setpoint (the service slowed down) rate and
+		// cap both drain it, with the fast estimate.
+		switch {
+		case t.capN == 0:
+			t.capMu, t.capN = mu, 1
+		case saturated:
+			t.capN = min(t.capN+1, capSmooth)
+			t.capMu += (s - t.capMu) / float64(t.capN)
+		default:
+			// An empty queue: this sample is a lower bound.
+			t.capN = min(t.capN+1, capSmooth)
+			t.capMu += (max(s, t.capMu) - t.capMu) / float64(t.capN)
+		}
+		next = t.capMu * (1 + t.setpoint/tau)
+	} else {
+		t.capN = 0
+	}
 
 	r := t.rate
 	limited := in.Demand > used*1.01 || used >= 0.95*r
@@ -184,7 +258,7 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 		// arrives another way): without a capacity to track, scale the
 		// rate down by the excess, as a latency-only law must.
 		step.Action, next = ActionDecrease, r*t.target/w
-	case q > t.target*mu:
+	case capped, q > t.setpoint*mu:
 		step.Action = ActionTrack
 	case !limited:
 		step.Action, next = ActionHoldIdle, r
@@ -201,5 +275,29 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	t.rate = min(max(next, t.p.MinRate), t.p.MaxRate)
 	step.Clamped = t.rate != next
 	step.Rate = t.rate
+	step.MaxBurst = max(t.setpoint*t.rate, 1)
 	return step
+}
+
+// inFlightCap is the cap on the connections in flight after a fresh
+// sample (0: none): while the service is saturated, the connections in
+// service (n − q) and the setpoint's queue, s·μ; the queue's excess goes.
+// The cap of the last saturated sample stays for capHold samples with an
+// empty queue, then none.
+func (t *Track) inFlightCap(in Signals, saturated bool, q, mu float64) float64 {
+	if !in.HasInFlight || !(in.InFlight >= 0 && !math.IsInf(in.InFlight, 0)) {
+		t.busyAge = capHold
+		return 0
+	}
+	if saturated && mu > 0 {
+		t.busy, t.busyMu, t.busyAge = max(in.InFlight-q, 0), mu, 0
+	} else {
+		t.busyAge++
+		if t.busyAge > capHold {
+			return 0
+		}
+		// Idle workers are no fewer: at least what is in flight now.
+		t.busy = max(t.busy, in.InFlight)
+	}
+	return max(math.Round(t.busy+t.setpoint*t.busyMu), 1)
 }

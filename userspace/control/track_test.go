@@ -113,10 +113,13 @@ func sum(xs []float64) float64 {
 	return s
 }
 
+// setpoint is where Track holds the queueing delay: a third of the target.
+var setpoint = time.Duration(math.Round(float64(target) * setpointFactor))
+
 // Steady overload: offered 3× the capacity, the rate in force settles on
-// the capacity plus the target queue's worth and stays within ±5 % of the
-// capacity (the AIMD law of hunting_test.go: ±27 %), the queueing delay at
-// the target, the service busy all the time. The same law, without
+// the capacity and stays within ±5 % of it (the AIMD law of
+// hunting_test.go: ±27 %), the queueing delay at the setpoint, the service
+// busy all the time. The same law, without
 // retuning, at three capacities, three tick periods and both kinds of
 // signal.
 func TestTrackSteadyOverload(t *testing.T) {
@@ -134,16 +137,16 @@ func TestTrackSteadyOverload(t *testing.T) {
 					var maxErr time.Duration
 					for i := from; i < ticks; i++ {
 						lo, hi = min(lo, res.rate[i]), max(hi, res.rate[i])
-						maxErr = max(maxErr, (res.wait[i] - target).Abs())
+						maxErr = max(maxErr, (res.wait[i] - setpoint).Abs())
 					}
 					util := sum(res.served[from:]) / (c * period.Seconds() * float64(ticks-from))
-					t.Logf("%s: rate %.3f–%.3f C (±%.1f %% of C), delay within %v of the target, utilization %.1f %%",
+					t.Logf("%s: rate %.3f–%.3f C (±%.1f %% of C), delay within %v of the setpoint, utilization %.1f %%",
 						name, lo/c, hi/c, 100*(hi-lo)/2/c, maxErr.Round(10*time.Microsecond), 100*util)
 					if lo < 0.95*c || hi > 1.05*c {
 						t.Errorf("rate %.0f–%.0f, want within ±5 %% of C %.0f", lo, hi, c)
 					}
 					if maxErr > target/10 {
-						t.Errorf("queueing delay off the target by up to %v", maxErr)
+						t.Errorf("queueing delay off the setpoint by up to %v", maxErr)
 					}
 					if util < 0.999 {
 						t.Errorf("utilization %.4f, want the service busy", util)
@@ -207,12 +210,13 @@ func TestTrackSpike(t *testing.T) {
 
 // The capacity step of the issue: offered 1500/s, the service time goes from
 // 10 to 25 ms (1000/s → 400/s). The rate comes within 10 % of the new
-// capacity with the delay within 20 % of the target (and stays there) after
-// 4 ticks on a latency-only signal and 6 on the queue signal (the issue
-// asks for 4: the estimate keeps the higher of the last two samples, so
-// that a tick's stall of the service does not starve it; the queue term
-// does the rest); the service stays busy. Then back to 10 ms: the law
-// follows the capacity up.
+// capacity with the delay within 20 % of the target of the setpoint (and
+// stays there) within 4 ticks on a latency-only signal and 6 on the queue
+// signal (the issue asks for 4: the estimate keeps the higher of the last
+// two samples, so that a tick's stall of the service does not starve it;
+// the queue term does the rest; live, the in-flight cap does it at once);
+// the service stays busy. Then back to 10 ms: the law follows the capacity
+// up by the probing factor 1 + s/τ = 1.11 per tick, 2.5× in 9 ticks.
 func TestTrackCapacityStep(t *testing.T) {
 	for _, kind := range []signalKind{queueSignal, latencyOnly} {
 		t.Run(kind.String(), func(t *testing.T) {
@@ -233,7 +237,7 @@ func TestTrackCapacityStep(t *testing.T) {
 					for j := i; j < min(i+20, len(res.rate)); j++ {
 						r := res.rate[j]
 						w := res.wait[j]
-						ok = ok && math.Abs(r/c-1) <= 0.1 && (w-target).Abs() <= target/5
+						ok = ok && math.Abs(r/c-1) <= 0.1 && (w-setpoint).Abs() <= target/5
 					}
 					if ok {
 						return i - from
@@ -252,8 +256,8 @@ func TestTrackCapacityStep(t *testing.T) {
 			if d < 0 || d > 6 {
 				t.Errorf("capacity step down: converged after %d ticks, want ≤ 6", d)
 			}
-			if u < 0 || u > 8 {
-				t.Errorf("capacity step up: converged after %d ticks, want ≤ 8", u)
+			if u < 0 || u > 10 {
+				t.Errorf("capacity step up: converged after %d ticks, want ≤ 10", u)
 			}
 			if util < 0.99 {
 				t.Errorf("utilization %.3f after the step down", util)
@@ -264,13 +268,13 @@ func TestTrackCapacityStep(t *testing.T) {
 
 // A latency step (the service slows down behind a probe or a feedback
 // report): the rate is cut at the first tick that shows it, proportionally
-// to the excess, and not cut further once the delay is back at the target.
+// to the excess.
 func TestTrackLatencyStep(t *testing.T) {
 	const period = 50 * time.Millisecond
 	tr := mustTrack(t, target, 10, 5000, 1000)
-	// Settle at the target with the rate used in full.
+	// Settle at the setpoint with the rate used in full.
 	for range 10 {
-		tr.Step(Signals{Latency: target, UsedRate: tr.Rate(), Demand: 2 * tr.Rate()}, period)
+		tr.Step(Signals{Latency: setpoint, UsedRate: tr.Rate(), Demand: 2 * tr.Rate()}, period)
 	}
 	r0 := tr.Rate()
 	var rates []float64
@@ -292,14 +296,15 @@ func TestTrackBranches(t *testing.T) {
 	if st := tr.Step(Signals{LatencyStale: true, UsedRate: 1000, Demand: 3000}, period); st.Action != ActionHoldStale || st.Rate != 1000 {
 		t.Errorf("stale: %+v", st)
 	}
-	// An empty queue with refused traffic probes up by 1 + target/τ; the
+	sp := target.Seconds() * setpointFactor // 8.33 ms
+	// An empty queue with refused traffic probes up by 1 + setpoint/τ; the
 	// stale tick before it lengthened the interval to 2 ticks, τ to 3.
 	st := tr.Step(Signals{Latency: 0, HasQueue: true, UsedRate: 1000, Demand: 3000}, period)
-	if want := 1000 * (1 + 0.025/0.15); st.Action != ActionProbe || math.Abs(st.Rate-want) > 1e-6 {
+	if want := 1000 * (1 + sp/0.15); st.Action != ActionProbe || math.Abs(st.Rate-want) > 1e-6 {
 		t.Errorf("probe: %+v, want %.1f", st, want)
 	}
 	st = tr.Step(Signals{Latency: 0, HasQueue: true, UsedRate: st.Rate, Demand: 3000}, period)
-	if want := 1000 * (1 + 0.025/0.15) * (1 + 0.025/0.075); st.Action != ActionProbe || math.Abs(st.Rate-want) > 1e-6 {
+	if want := 1000 * (1 + sp/0.15) * (1 + sp/0.075); st.Action != ActionProbe || math.Abs(st.Rate-want) > 1e-6 {
 		t.Errorf("probe: %+v, want %.1f", st, want)
 	}
 	// Nothing refused and no queue: hold, neither grow nor shrink.
@@ -310,11 +315,54 @@ func TestTrackBranches(t *testing.T) {
 	if st.Action != ActionHoldIdle || st.Rate != r {
 		t.Errorf("idle: %+v, want the rate %.0f held", st, r)
 	}
-	// A queue of 50 at a service rate of 1000/s (target queue 25): R =
-	// 1000 + (25 − 50)/0.075 = 666.7.
+	// A queue of 50 at a service rate of 1000/s (setpoint queue 8.33): R =
+	// 1000 + (8.33 − 50)/0.075 = 444.4. Without the connections in flight
+	// there is no cap on them.
 	st = tr.Step(Signals{Latency: 50 * time.Millisecond, HasQueue: true, QueueDepth: 50, ServiceRate: 1000, HasServiceRate: true, UsedRate: 1000, Demand: 1000}, period)
-	if want := 1000 - 25/0.075; st.Action != ActionTrack || math.Abs(st.Rate-want) > 1e-6 {
-		t.Errorf("track: %+v, want %.1f", st, want)
+	if want := 1000 + (1000*sp-50)/0.075; st.Action != ActionTrack || math.Abs(st.Rate-want) > 1e-6 || st.InFlightCap != 0 {
+		t.Errorf("track: %+v, want %.1f and no in-flight cap", st, want)
+	}
+	// The same with 61 connections in flight (11 in service): the cap
+	// keeps those in service and the setpoint's queue, 11 + 8.33 → 19.
+	st = tr.Step(Signals{Latency: 50 * time.Millisecond, HasQueue: true, QueueDepth: 50, ServiceRate: 1000, HasServiceRate: true,
+		UsedRate: 1000, Demand: 1000, InFlight: 61, HasInFlight: true}, period)
+	if st.Action != ActionTrack || st.InFlightCap != 19 {
+		t.Errorf("in-flight cap: %+v, want 19", st)
+	}
+	// An empty queue is no evidence of saturation: the cap of the last
+	// saturated sample stays for capHold samples (an instant of an empty
+	// queue), with at least the connections now in flight in service;
+	// then none.
+	for i := range capHold + 1 {
+		st = tr.Step(Signals{Latency: 0, HasQueue: true, QueueDepth: 0, ServiceRate: 900, HasServiceRate: true,
+			UsedRate: 900, Demand: 900, InFlight: float64(9 + 4*i), HasInFlight: true}, period)
+		want := []float64{19, 21, 0}[i] // 11 + 8.33, 13 + 8.33, none
+		if st.InFlightCap != want {
+			t.Errorf("in-flight cap at the empty queue's sample %d: %+v, want %v", i+1, st, want)
+		}
+	}
+	// A queue larger than the connections in flight (read at another
+	// moment) caps at the setpoint's queue, 8.33 × 0.1 → 1, never at 0
+	// (which would mean no cap).
+	st = tr.Step(Signals{Latency: 50 * time.Millisecond, HasQueue: true, QueueDepth: 50, ServiceRate: 100, HasServiceRate: true,
+		UsedRate: 1000, Demand: 1000, InFlight: 20, HasInFlight: true}, period)
+	if st.InFlightCap != 1 {
+		t.Errorf("in-flight cap below 1: %+v, want 1", st)
+	}
+	// Under the cap, with the queue at or below the setpoint, the rate
+	// only keeps the cap fed: μ(1 + s/τ), whatever the queue reads; an
+	// instant of an empty queue with a service-rate sample cut by a pause
+	// keeps the estimate and the cap.
+	capped := mustTrack(t, target, 100, 5000, 1000)
+	st = capped.Step(Signals{Latency: 5 * time.Millisecond, HasQueue: true, QueueDepth: 5, ServiceRate: 1000, HasServiceRate: true,
+		UsedRate: 1000, Demand: 3000, InFlight: 15, HasInFlight: true}, period)
+	if want := 1000 * (1 + sp/0.075); st.Action != ActionTrack || math.Abs(st.Rate-want) > 1e-6 || st.InFlightCap != 18 {
+		t.Errorf("under the cap: %+v, want %.1f and a cap of 18 (10 + 8.33)", st, want)
+	}
+	st = capped.Step(Signals{Latency: 0, HasQueue: true, QueueDepth: 0, ServiceRate: 600, HasServiceRate: true,
+		UsedRate: 600, Demand: 3000, InFlight: 8, HasInFlight: true}, period)
+	if want := 1000 * (1 + sp/0.075); math.Abs(st.Rate-want) > 1e-6 || st.InFlightCap != 18 {
+		t.Errorf("an empty queue under the cap: %+v, want %.1f and a cap of 18", st, want)
 	}
 	// Overflows above the threshold: at most the service rate, even when
 	// the queue reads empty.
@@ -348,17 +396,18 @@ func TestTrackBranches(t *testing.T) {
 	// A repeated sample (a probe not renewed since the last tick) holds,
 	// and the next new one spans the whole interval: τ = 1.5 × 3 ticks.
 	tr = mustTrack(t, target, 100, 5000, 1000)
-	tr.Step(Signals{Latency: target, UsedRate: 1000, Demand: 2000}, period)
+	tr.Step(Signals{Latency: setpoint, UsedRate: 1000, Demand: 2000}, period)
 	for range 2 {
-		if st := tr.Step(Signals{Latency: 2 * target, LatencyRepeated: true, UsedRate: 1000, Demand: 2000}, period); st.Action != ActionHoldStale || st.Rate != 1000 {
+		if st := tr.Step(Signals{Latency: 2 * setpoint, LatencyRepeated: true, UsedRate: 1000, Demand: 2000}, period); st.Action != ActionHoldStale || math.Abs(st.Rate-1000) > 1e-3 {
 			t.Errorf("repeated sample: %+v", st)
 		}
 	}
-	// W from 25 to 50 ms over 150 ms: this sample's μ = 1000 / (1 + 1/6)
-	// is below the first one's 1000, which the estimate keeps (the highest
-	// of the last two); q = W·μ = 50; R = 1000 + (25 − 50)/0.225.
-	st = tr.Step(Signals{Latency: 2 * target, UsedRate: 1000, Demand: 2000}, period)
-	if want := 1000 + (25-50)/0.225; math.Abs(st.Rate-want) > 1e-6 {
+	// W from s to 2s over 150 ms: this sample's μ = 1000 / (1 + s/0.15)
+	// is below the first one's 1000, which the estimate keeps (the
+	// highest of the last two); q = W·μ = 2000·s; R = 1000 + (1000·s −
+	// 2000·s)/0.225.
+	st = tr.Step(Signals{Latency: 2 * setpoint, UsedRate: 1000, Demand: 2000}, period)
+	if want := 1000 + (1000*sp-2000*sp)/0.225; math.Abs(st.Rate-want) > 1e-3 {
 		t.Errorf("after repeated samples: %+v, want %.1f", st, want)
 	}
 	// Invalid inputs hold.

@@ -86,6 +86,10 @@ type Limit struct {
 	DeadlineNS uint64
 	Epoch      uint32
 	Gate       Gate // the circuit breaker's gate on new connections
+	// ConcCap, when not 0, refuses new connections while the rule's
+	// connections in flight are at least ConcCap (the loop's in-flight
+	// cap, docs/control.md).
+	ConcCap uint32
 }
 
 // GateAll is the Gate.Drop value that drops every new connection.
@@ -369,6 +373,11 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 		m.Counters[slot].Resets[out]++
 		return VerdictDrop, why, out == ResetSent
 	}
+	// The loop's in-flight cap refuses as the rate does (conns.h's
+	// xl_cap_refusal).
+	if pkt.SYN && fresh && lim.ConcCap != 0 && !m.capAdmit(r, slot, lim.ConcCap) {
+		return refuse(ReasonConcurrency)
+	}
 	if c.Empty(inc, nowNS) {
 		return refuse(ReasonRule)
 	}
@@ -424,6 +433,13 @@ func (m *Model) concAdmit(r *Rule, slot int) bool {
 	}
 	span := uint64(r.ConcMax - r.ConcSoft)
 	return uint64(m.rand())*span>>32 >= uint64(c.Count-int64(r.ConcSoft))
+}
+
+// capAdmit is whether the Go model of conns.h's xl_cap_refusal lets a SYN
+// in.
+func (m *Model) capAdmit(r *Rule, slot int, cap uint32) bool {
+	c := &m.Conns[slot]
+	return c.Epoch != r.Epoch || c.Count < int64(cap)
 }
 
 // sourceAdmit is the Go model of source.h's xl_source_admit (with a table

@@ -54,7 +54,7 @@ type Globals struct {
 	FragMatch   [ProtoMax]uint64
 	SynOnly     uint64
 	SrcFiltered uint64
-	Concurrent  uint64 // rules with RuleConcurrency
+	Concurrent  uint64 // rules whose connections in flight sock_ops counts (RuleConcurrency or InFlight)
 	Served      uint64 // rules whose handshakes the sock_ops program counts (resptime.go)
 	RespTime    uint64 // rules whose response time is measured (resptime.go)
 	// Reset is the bucket of the resets of all rules, in packets.
@@ -119,6 +119,10 @@ type RuleSpec struct {
 	// ServiceRate: the kernel counts the rule's completed handshakes;
 	// ResponseTime: it measures the rule's response time (tcp).
 	ServiceRate, ResponseTime bool
+	// InFlight: the sock_ops program counts the rule's connections in
+	// flight, as for a concurrency limit, for the loop's in-flight cap
+	// (Limit.ConcCap) of an adaptive rule (tcp).
+	InFlight bool
 }
 
 // ConcurrencySpec is a rule's concurrency limit: Soft <= Max.

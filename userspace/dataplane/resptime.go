@@ -44,8 +44,11 @@ func compileRuleResp(r *RuleSpec, pr *Rule, g *Globals, bit uint64) error {
 	default:
 		return fmt.Errorf("compile rule %s: refuse %q: want drop or reset", r.Name, r.Refuse)
 	}
-	if (r.ServiceRate || r.ResponseTime) && !tcp {
-		return fmt.Errorf("compile rule %s: the service rate and the response time are measured for tcp, not %s", r.Name, r.Protocol)
+	if (r.ServiceRate || r.ResponseTime || r.InFlight) && !tcp {
+		return fmt.Errorf("compile rule %s: the service rate, the response time and the connections in flight are measured for tcp, not %s", r.Name, r.Protocol)
+	}
+	if r.InFlight {
+		g.Concurrent |= bit
 	}
 	if r.ServiceRate {
 		g.Served |= bit

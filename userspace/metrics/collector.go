@@ -41,6 +41,7 @@ type Collector struct {
 	nowNS   func() uint64
 
 	packets, bytes, drops, rate, conns, ifacePackets *prometheus.Desc
+	inFlightCap                                      *prometheus.Desc
 	cookies                                          *prometheus.Desc
 	errors                                           prometheus.Counter
 	reloads                                          *prometheus.CounterVec
@@ -109,7 +110,10 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			"Packets a rule dropped (or would drop, in shadow mode), by reason.",
 			[]string{"iface", "rule", "reason"}, nil),
 		conns: prometheus.NewDesc("xlimit_rule_connections",
-			"Connections in flight to a rule with a concurrency limit (passively established, not yet closed by the service).",
+			"Connections in flight to a rule with a concurrency limit or an adaptive in-flight cap (passively established, not yet closed by the service).",
+			[]string{"iface", "rule"}, nil),
+		inFlightCap: prometheus.NewDesc("xlimit_rule_in_flight_cap",
+			"The control loop's cap on an adaptive rule's connections in flight, while the service is saturated (0: none in force).",
 			[]string{"iface", "rule"}, nil),
 		cookies: prometheus.NewDesc("xlimit_syn_cookies_total",
 			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget, not_local, unanswerable (SYNs not answered).",
@@ -202,7 +206,7 @@ func (c *Collector) Reload(result string) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.ifacePackets, c.cookies} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.inFlightCap, c.ifacePackets, c.cookies} {
 		ch <- d
 	}
 	ch <- c.latency
@@ -244,13 +248,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			for _, reason := range dataplane.RuleDropReasons {
 				ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(cnt.Reasons[reason]), t.Iface, r.Name, reason.String())
 			}
-			rate, source := r.Fallback.Rate(), "static"
+			rate, source, inFlightCap := r.Fallback.Rate(), "static", 0.0
 			if lim, err := t.Table.Limit(slot); err != nil {
 				c.errors.Inc()
 			} else if lim.Epoch == r.Epoch && now < lim.DeadlineNS {
-				rate, source = lim.Bucket.Rate(), "control"
+				rate, source, inFlightCap = lim.Bucket.Rate(), "control", float64(lim.ConcCap)
 			}
 			ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, rate, t.Iface, r.Name, source)
+			counted := t.Plan.Globals.Concurrent>>slot&1 != 0
+			if counted && r.Flags&dataplane.RuleConcurrency == 0 {
+				ch <- prometheus.MustNewConstMetric(c.inFlightCap, prometheus.GaugeValue, inFlightCap, t.Iface, r.Name)
+			}
 			if ct, ok := t.Table.(CookieTable); ok && r.Flags&(dataplane.RuleCookieAuto|dataplane.RuleCookieAlways) != 0 {
 				if k, err := ct.CookieCounters(slot); err != nil {
 					c.errors.Inc()
@@ -265,7 +273,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 					}
 				}
 			}
-			if r.Flags&dataplane.RuleConcurrency != 0 {
+			if counted {
 				if n, err := t.Table.Conns(slot); err != nil {
 					c.errors.Inc()
 				} else if n.Epoch == r.Epoch {

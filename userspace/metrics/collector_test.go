@@ -69,7 +69,7 @@ func TestCollector(t *testing.T) {
 		}
 	}
 	expect("connections in flight", `
-# HELP xlimit_rule_connections Connections in flight to a rule with a concurrency limit (passively established, not yet closed by the service).
+# HELP xlimit_rule_connections Connections in flight to a rule with a concurrency limit or an adaptive in-flight cap (passively established, not yet closed by the service).
 # TYPE xlimit_rule_connections gauge
 xlimit_rule_connections{iface="eth9",rule="web"} 9
 `, "xlimit_rule_connections")
@@ -133,4 +133,45 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no single series of %s", name)
 	return 0
+}
+
+// An adaptive rule whose connections in flight the kernel counts for the
+// loop's cap: its count and the cap while the loop's limit is in force,
+// the cap 0 once it is not.
+func TestCollectorInFlightCap(t *testing.T) {
+	plan, err := dataplane.Compile(&dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "api", Protocol: "tcp", Ports: []dataplane.PortRange{{Lo: 8080, Hi: 8080}}, SynOnly: true, Rate: 500, Burst: 50, InFlight: true},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := plan.Slot("api")
+	b, err := dataplane.NewBucket(250, 25, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := &fakeTable{
+		limits: map[int]dataplane.Limit{api: {Bucket: b, DeadlineNS: 2e9, Epoch: plan.Rules[api].Epoch, ConcCap: 14}},
+		conns:  map[int]dataplane.Conns{api: {Count: 31, Epoch: plan.Rules[api].Epoch}},
+	}
+	now := uint64(1e9)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(func() []Target { return []Target{{Iface: "eth9", Plan: plan, Table: tab}} }, func() uint64 { return now }))
+	want := func(conns, cap string) string {
+		return `
+# HELP xlimit_rule_connections Connections in flight to a rule with a concurrency limit or an adaptive in-flight cap (passively established, not yet closed by the service).
+# TYPE xlimit_rule_connections gauge
+xlimit_rule_connections{iface="eth9",rule="api"} ` + conns + `
+# HELP xlimit_rule_in_flight_cap The control loop's cap on an adaptive rule's connections in flight, while the service is saturated (0: none in force).
+# TYPE xlimit_rule_in_flight_cap gauge
+xlimit_rule_in_flight_cap{iface="eth9",rule="api"} ` + cap + `
+`
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want("31", "14")), "xlimit_rule_connections", "xlimit_rule_in_flight_cap"); err != nil {
+		t.Errorf("in force: %v", err)
+	}
+	now = 3e9 // past the deadline: the static rule has no cap
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want("31", "0")), "xlimit_rule_connections", "xlimit_rule_in_flight_cap"); err != nil {
+		t.Errorf("after the deadline: %v", err)
+	}
 }

@@ -47,6 +47,7 @@ type Sampler struct {
 	// where they count a rule (the kernel's per-rule counters).
 	handshakes HandshakeCounter
 	responses  ResponseTimes
+	inFlight   ConnCounter
 	// Per-rule state of the service-rate arithmetic, by rule name.
 	tcp  map[string]*tcpService
 	udp  map[string]*udpService
@@ -61,11 +62,12 @@ type respState struct {
 	base   minWindow
 }
 
-// SetSources sets the kernel's per-rule counters of completed handshakes
-// and response times (nil: none; TCP rules then fall back to the
-// namespace's counters and response_time rules are stale).
-func (s *Sampler) SetSources(h HandshakeCounter, r ResponseTimes) {
-	s.handshakes, s.responses = h, r
+// SetSources sets the kernel's per-rule counters of completed handshakes,
+// response times and connections in flight (nil members: none; TCP rules
+// then fall back to the namespace's counters, response_time rules are
+// stale, and no rule's connections in flight are capped).
+func (s *Sampler) SetSources(k KernelSources) {
+	s.handshakes, s.responses, s.inFlight = k.Handshakes, k.Responses, k.InFlight
 }
 
 // NewSampler opens the sockets and files the sampler reads.
@@ -162,16 +164,29 @@ func (s *Sampler) Sample(rule *Rule, used float64) Signals {
 		return sig
 	}
 	switch {
-	case rule.Signal == SignalResponseTime:
+	case rule.Signal == config.SignalResponseTime:
 		s.responseTime(rule, now, &sig)
+		s.readInFlight(rule, &sig)
 	case rule.Signal == config.SignalSocketQueue:
 		s.socketQueue(rule, now, used, &sig)
 	case rule.Signal == config.SignalAcceptQueue || (rule.Signal == "" && rule.SynOnly):
 		// An accept_queue rule, or a syn_only rule that system
 		// protection caps at its service rate.
 		s.acceptQueue(rule, now, used, &sig)
+		s.readInFlight(rule, &sig)
 	}
 	return sig
+}
+
+// readInFlight reads the rule's connections in flight, where the kernel
+// counts them.
+func (s *Sampler) readInFlight(rule *Rule, sig *Signals) {
+	if s.inFlight == nil {
+		return
+	}
+	if n, ok := s.inFlight.InFlight(rule); ok && n >= 0 {
+		sig.InFlight, sig.HasInFlight = float64(n), true
+	}
 }
 
 func (s *Sampler) acceptQueue(rule *Rule, now time.Time, used float64, sig *Signals) {

@@ -3,8 +3,6 @@ package signal
 import (
 	"math"
 	"time"
-
-	"github.com/xlimit/xlimit/userspace/config"
 )
 
 // The service rate: how much work a rule's service actually took over a
@@ -32,6 +30,21 @@ type HandshakeCounter interface {
 	Handshakes(rule *Rule) (total uint64, ok bool)
 }
 
+// ConnCounter reads, per rule, its TCP connections in flight as the
+// kernel counts them (from the completed handshake until the service
+// closes the connection). ok is false when the rule is not counted.
+type ConnCounter interface {
+	InFlight(rule *Rule) (n int64, ok bool)
+}
+
+// KernelSources are the kernel's per-rule measures of the protected
+// services; a nil member measures nothing.
+type KernelSources struct {
+	Handshakes HandshakeCounter
+	Responses  ResponseTimes
+	InFlight   ConnCounter
+}
+
 // ResponseTimes reads the on-wire response time of a rule's service
 // (signal response_time): requests stamped as they arrive, and the time
 // to the first byte of each response.
@@ -49,10 +62,6 @@ type ResponseReading struct {
 	// meaningless when no response was counted since.
 	Latency time.Duration
 }
-
-// SignalResponseTime names the signal that response-time sources serve
-// (its config key belongs with the kernel program that measures it).
-const SignalResponseTime config.Signal = "response_time"
 
 // BaseWindow is how far back the base latency of a response-time or probe
 // signal looks: the queueing delay is the sample minus the minimum of this

@@ -72,6 +72,12 @@ type Signals struct {
 	// HasQueue reports that QueueDepth was read this tick; without it the
 	// law takes the queueing delay × the service rate.
 	HasQueue bool
+	// InFlight is the rule's TCP connections in flight at the end of the
+	// tick, as the kernel counts them for concurrency limits (from the
+	// handshake until the service closes the connection); meaningful only
+	// when HasInFlight. Track caps it while the service is saturated.
+	InFlight    float64
+	HasInFlight bool
 	// Demand is the offered rate over the tick: what reached the rule,
 	// passed or refused, in the rule's unit per second. The control loop
 	// fills it from the kernel's counters.

@@ -51,7 +51,8 @@ var (
 )
 
 // rules is the rules file under test: a rule for each kind of panel of the
-// dashboard (limited, shadow, adaptive with a probe, concurrency, kernel
+// dashboard (limited, shadow, adaptive with a probe and on an accept
+// queue (its in-flight cap), concurrency, kernel
 // queue, SYN cookies, a fleet budget), so that every query has a series to
 // return.
 const rules = `interfaces: [xlg0]
@@ -73,6 +74,13 @@ rules:
     rate: 2000
     behavior: adaptive
     adaptive: {target_latency: 25ms, min_rate: 1000, max_rate: 12000, signal: probe, probe: {kind: http, address: "127.0.0.1:9090", path: /-/healthy}}
+  - name: accepts
+    protocol: tcp
+    ports: [8082]
+    syn_only: true
+    rate: 1000
+    behavior: adaptive
+    adaptive: {target_latency: 25ms, min_rate: 100, max_rate: 5000, signal: accept_queue}
   - name: conns
     protocol: tcp
     ports: [8081]
