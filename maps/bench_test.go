@@ -39,8 +39,9 @@ const (
 // One CPU (a run of b.N repeats): no_rule, rule_pass, rule_drop (a
 // drained bucket whose burst lets its CPU drop without reading the clock
 // after a read that found it empty), rule_drop_burst1 (burst 1: every drop
-// reads the clock), allowlisted, ipv6_ext, per_source_hit (one source, its
-// bucket found in the LRU every time).
+// reads the clock), rule_pass_limit (a rule with the control loop's limit
+// in force, whose deadline is checked), allowlisted, ipv6_ext,
+// per_source_hit (one source, its bucket found in the LRU every time).
 //
 // All CPUs at once (*_allcpu: one thread pinned to each CPU, each running
 // b.N repeats at the same time, against one rule): ns/op is the kernel's
@@ -85,6 +86,9 @@ func BenchmarkXDP(b *testing.B) {
 			// Burst 1: no room beyond a packet, so every drop reads the
 			// clock (rule_drop_burst1).
 			{Name: "drop1", Protocol: "udp", Ports: ports(56, 56), Rate: 0.001, Burst: 1},
+			// With a control-loop limit in force (rule_pass_limit): its
+			// deadline is checked on each packet.
+			{Name: "adaptive", Protocol: "udp", Ports: ports(57, 57), Rate: 1e9, Burst: 1e9},
 			{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 1e9, Burst: 1e9},
 			// Per-source buckets that never run dry at these rates.
 			{Name: "src", Protocol: "udp", Ports: ports(55, 55), Rate: 1e9, Burst: 1e9,
@@ -95,6 +99,21 @@ func BenchmarkXDP(b *testing.B) {
 		b.Fatal(err)
 	}
 	if err := o.Tables().Apply(plan); err != nil {
+		b.Fatal(err)
+	}
+	// The control loop's limit for "adaptive", its deadline an hour ahead
+	// on CLOCK_MONOTONIC (bpf_ktime_get_ns's clock).
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		b.Fatal(err)
+	}
+	lb, err := dataplane.NewBucket(1e9, 1e9, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	as := plan.Slot("adaptive")
+	if err := o.Tables().SetLimit(as, dataplane.Limit{Bucket: lb, DeadlineNS: uint64(ts.Nano()) + 3600e9,
+		Epoch: plan.Rules[as].Epoch}); err != nil {
 		b.Fatal(err)
 	}
 	bare, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -121,6 +140,7 @@ func BenchmarkXDP(b *testing.B) {
 		{"rule_pass", passFrame, xdpPass},
 		{"rule_drop", dropFrame, xdpDrop},
 		{"rule_drop_burst1", build(udpTo(srcA4, 56)), xdpDrop},
+		{"rule_pass_limit", build(udpTo(srcA4, 57)), xdpPass},
 		{"allowlisted", build(udpTo(netip.MustParseAddr("10.1.2.3"), 54)), xdpPass},
 		{"ipv6_ext", build(v6ext), xdpPass},
 		{"per_source_hit", srcFrame, xdpPass},
