@@ -169,6 +169,7 @@ type ruleState struct {
 	peaks       [peakSeconds]uint64 // passed units of the last whole seconds
 	peakNext    int
 	lastSeen    uint64               // packets seen at the last tick
+	lastRefused uint64               // packets its rate refused (reason rule) at the last tick
 	served      float64              // units the service took, summed over ticks (service rate × dt)
 	secServed   float64              // served at the start of the current second
 	servedPeaks [peakSeconds]float64 // units served in the last whole seconds
@@ -286,7 +287,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	} else if r.breaker != nil && r.warm == nil {
 		rep.Signal = "breaker"
 	}
-	pass, seen, err := r.read()
+	pass, seen, refused, err := r.read()
 	if err != nil {
 		// Keep the last rate; the deadline will pass if this persists.
 		rep.Err, rep.Stale = err, true
@@ -299,7 +300,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	sec := now.Unix()
 	if !r.primed {
 		r.primed, r.second, r.secPass, r.secSeen, r.prevSecSeen = true, sec, pass, seen, seen
-		r.lastTick, r.lastPass, r.lastSeen = now, pass, seen
+		r.lastTick, r.lastPass, r.lastSeen, r.lastRefused = now, pass, seen, refused
 	}
 	if sec != r.second {
 		// The previous whole second's count; after a gap of several
@@ -326,13 +327,14 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	}
 	elapsed := now.Sub(r.lastTick)
 	dt := elapsed.Seconds()
-	used, demand := 0.0, 0.0
+	used, demand, rateRefused := 0.0, 0.0, 0.0
 	if dt > 0 {
 		used = float64(pass-r.lastPass) / dt
 		demand = float64(seen-r.lastSeen) / dt
+		rateRefused = float64(refused-r.lastRefused) / dt
 	}
 	admitted := pass - r.lastPass
-	r.lastTick, r.lastPass, r.lastSeen = now, pass, seen
+	r.lastTick, r.lastPass, r.lastSeen, r.lastRefused = now, pass, seen, refused
 	rep.Demand = demand
 
 	// The signals, for an adaptive rule and for the service rate that
@@ -347,6 +349,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			demand = 0
 		}
 		sig.Demand = demand
+		sig.RateRefused = rateRefused
 		if sig.HasServiceRate && sig.ServiceRate >= 0 && dt > 0 {
 			r.served += sig.ServiceRate * dt
 			r.haveServed = true
@@ -374,7 +377,7 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		}
 	case r.aimd != nil, r.track != nil:
 		if !sampled {
-			sig = Signals{LatencyStale: true, ErrorsStale: true, CPUStale: true, UsedRate: used, Demand: demand}
+			sig = Signals{LatencyStale: true, ErrorsStale: true, CPUStale: true, UsedRate: used, Demand: demand, RateRefused: rateRefused}
 		}
 		var step Step
 		if r.aimd != nil {
@@ -491,13 +494,15 @@ func (l *Loop) stepBreaker(r *ruleState, admitted uint64, now time.Time, rep *Ru
 	return r.breaker.Gate()
 }
 
-// read sums the rule's passed units and seen packets over its targets.
-func (r *ruleState) read() (pass, seen uint64, err error) {
+// read sums the rule's passed units, seen packets and packets refused by
+// its rate (reason rule) over its targets.
+func (r *ruleState) read() (pass, seen, refused uint64, err error) {
 	for _, t := range r.targets {
 		c, err := t.Kernel.Counters(t.Slot)
 		if err != nil {
-			return 0, 0, fmt.Errorf("read counters of %s: %w", r.spec.Name, err)
+			return 0, 0, 0, fmt.Errorf("read counters of %s: %w", r.spec.Name, err)
 		}
+		refused += c.Reasons[dataplane.ReasonRule]
 		if r.spec.Bytes {
 			pass += c.Bytes[dataplane.VerdictPass]
 		} else {
@@ -507,7 +512,7 @@ func (r *ruleState) read() (pass, seen uint64, err error) {
 			seen += c.Packets[v]
 		}
 	}
-	return pass, seen, nil
+	return pass, seen, refused, nil
 }
 
 func (r *ruleState) write(rate, burst float64, gate dataplane.Gate, inFlightCap uint32, deadline uint64) error {

@@ -94,6 +94,20 @@ type Track struct {
 // the setpoint, which leaves the cap's regime for the fast formula.
 const capSmooth = 8
 
+// rateBinding is the share of the admitted rate that the rate must refuse
+// for the rate, not the in-flight cap, to be what limits the rule: under
+// the cap the bucket refuses a few SYNs of the bursts that a freed slot
+// lets in, which is no sign of a rate too low.
+const rateBinding = 0.1
+
+// capQueueSlack is how far above the setpoint the queue may read and the
+// rate still only feed the cap: the queue and the connections in flight
+// are read at two moments, and a cap written a tick ago for a service now
+// slower holds the queue at the old setpoint's count. A service that
+// slows by more than this factor between two ticks leaves the cap's
+// regime for the formula, which drains the queue with the rate as well.
+const capQueueSlack = 2
+
 // capHold is how many fresh samples with an empty queue keep the in-flight
 // cap of the last saturated one: an accept queue read empty for one
 // sample (the service caught up for an instant) must not open the gate to
@@ -223,16 +237,22 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	next := mu + (t.setpoint*mu-q)/tau
 	step.InFlightCap = t.inFlightCap(in, saturated, q, mu)
 	capped := step.InFlightCap > 0
-	if capped && q <= t.setpoint*mu {
+	if capped && q <= capQueueSlack*t.setpoint*mu {
 		// The cap holds the queue at the setpoint between ticks, at once;
 		// the rate only has to keep it fed, at the probing factor above
 		// the smoothed service rate. The queue term would fight the cap:
 		// under it the queue read at a tick is noise between 0 and the
-		// setpoint. Above the setpoint (the service slowed down) rate and
-		// cap both drain it, with the fast estimate.
+		// setpoint. Well above it (the service slowed down by more than
+		// capQueueSlack) rate and cap both drain it, with the fast
+		// estimate.
 		switch {
 		case t.capN == 0:
 			t.capMu, t.capN = mu, 1
+		case in.RateRefused > rateBinding*used:
+			// The rate, not the cap, refuses: the service takes what
+			// the rate gives, and the smoothed estimate would ration its
+			// growth; follow the fast estimate up.
+			t.capMu = max(t.capMu, mu)
 		case saturated:
 			t.capN = min(t.capN+1, capSmooth)
 			t.capMu += (s - t.capMu) / float64(t.capN)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -542,5 +543,44 @@ func TestTrackDiscreteOverload(t *testing.T) {
 	}
 	if overflow > 0 {
 		t.Errorf("%d overflowed", overflow)
+	}
+}
+
+// Under the in-flight cap the rate feeds it from the service rate smoothed
+// over capSmooth samples: a service whose per-tick rate is noisy by ±10 %
+// (its process's pauses) and whose queue reads between 0 and twice the
+// setpoint gets a rate steady within ±3 % (an empty queue's sample only
+// raises the estimate); when the rate, not the cap, is
+// what refuses (the service took all the rate gave), it follows the fast
+// estimate up at once.
+func TestTrackCapRegime(t *testing.T) {
+	const period = 50 * time.Millisecond
+	tr := mustTrack(t, target, 100, 5000, 1000)
+	sp := target.Seconds() * setpointFactor
+	var rates []float64
+	for i := range 60 {
+		mu := []float64{900, 1100, 1000}[i%3]
+		q := []float64{0, 4, 12, 8}[i%4]
+		st := tr.Step(Signals{Latency: seconds(q / mu), HasQueue: true, QueueDepth: q, ServiceRate: mu, HasServiceRate: true,
+			UsedRate: mu, Demand: 3000, InFlight: 10 + q, HasInFlight: true}, period)
+		if st.InFlightCap == 0 {
+			t.Fatalf("sample %d: no in-flight cap: %+v", i, st)
+		}
+		if i >= 20 {
+			rates = append(rates, st.Rate)
+		}
+	}
+	lo, hi := slices.Min(rates), slices.Max(rates)
+	want := 1000 * (1 + sp/0.075)
+	t.Logf("under the cap, service 900–1100/s, queue 0–12: rate %.1f–%.1f (feed %.1f)", lo, hi, want)
+	if lo < 0.97*want || hi > 1.03*want {
+		t.Errorf("rate under the cap %.1f–%.1f, want within ±3 %% of %.1f", lo, hi, want)
+	}
+	// The rate refuses a third of the demand while the service takes all
+	// it is given (1500/s): the rate follows at once.
+	st := tr.Step(Signals{Latency: 4 * time.Millisecond, HasQueue: true, QueueDepth: 6, ServiceRate: 1500, HasServiceRate: true,
+		UsedRate: 1500, Demand: 3000, RateRefused: 1000, InFlight: 16, HasInFlight: true}, period)
+	if want := 1500 * (1 + sp/0.075); math.Abs(st.Rate-want) > 1e-6 {
+		t.Errorf("rate refusing: %+v, want %.1f at once", st, want)
 	}
 }

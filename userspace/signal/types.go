@@ -78,6 +78,10 @@ type Signals struct {
 	// when HasInFlight. Track caps it while the service is saturated.
 	InFlight    float64
 	HasInFlight bool
+	// RateRefused is what the rule's rate refused over the tick (reason
+	// rule, per second; the in-flight cap's and the gates' refusals are
+	// not in it). The control loop fills it from the kernel's counters.
+	RateRefused float64
 	// Demand is the offered rate over the tick: what reached the rule,
 	// passed or refused, in the rule's unit per second. The control loop
 	// fills it from the kernel's counters.
