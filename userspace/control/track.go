@@ -235,7 +235,14 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 
 	tau := tauFactor * interval
 	next := mu + (t.setpoint*mu-q)/tau
-	step.InFlightCap = t.inFlightCap(in, saturated, q, mu)
+	r := t.rate
+	// Something refused: the demand is above what the rule admitted, or
+	// the rule used (nearly) all its rate.
+	limited := in.Demand > used*1.01 || used >= 0.95*r
+	// A queue while nothing is refused is a connection caught in it at
+	// the moment of the reading, not a saturated service: no cap, which
+	// would clamp a lightly loaded service to the few in it.
+	step.InFlightCap = t.inFlightCap(in, saturated && limited, limited, q, mu)
 	capped := step.InFlightCap > 0
 	if capped && q <= capQueueSlack*t.setpoint*mu {
 		// The cap holds the queue at the setpoint between ticks, at once;
@@ -266,8 +273,6 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 		t.capN = 0
 	}
 
-	r := t.rate
-	limited := in.Demand > used*1.01 || used >= 0.95*r
 	errorsOK := !in.ErrorsStale && valid(in.ErrorRate)
 	switch {
 	case errorsOK && in.ErrorRate > t.p.ErrorThreshold:
@@ -300,12 +305,13 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 }
 
 // inFlightCap is the cap on the connections in flight after a fresh
-// sample (0: none): while the service is saturated, the connections in
-// service (n − q) and the setpoint's queue, s·μ; the queue's excess goes.
-// The cap of the last saturated sample stays for capHold samples with an
-// empty queue, then none.
-func (t *Track) inFlightCap(in Signals, saturated bool, q, mu float64) float64 {
-	if !in.HasInFlight || !(in.InFlight >= 0 && !math.IsInf(in.InFlight, 0)) {
+// sample (0: none): while the service is saturated and the rule refuses
+// traffic, the connections in service (n − q) and the setpoint's queue,
+// s·μ; the queue's excess goes. The cap of the last saturated sample stays
+// for capHold samples with an empty queue while the rule still refuses,
+// then none; a sample that refuses nothing ends it.
+func (t *Track) inFlightCap(in Signals, saturated, limited bool, q, mu float64) float64 {
+	if !in.HasInFlight || !(in.InFlight >= 0 && !math.IsInf(in.InFlight, 0)) || !limited {
 		t.busyAge = capHold
 		return 0
 	}

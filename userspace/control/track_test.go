@@ -336,7 +336,7 @@ func TestTrackBranches(t *testing.T) {
 	// then none.
 	for i := range capHold + 1 {
 		st = tr.Step(Signals{Latency: 0, HasQueue: true, QueueDepth: 0, ServiceRate: 900, HasServiceRate: true,
-			UsedRate: 900, Demand: 900, InFlight: float64(9 + 4*i), HasInFlight: true}, period)
+			UsedRate: 900, Demand: 3000, InFlight: float64(9 + 4*i), HasInFlight: true}, period)
 		want := []float64{19, 21, 0}[i] // 11 + 8.33, 13 + 8.33, none
 		if st.InFlightCap != want {
 			t.Errorf("in-flight cap at the empty queue's sample %d: %+v, want %v", i+1, st, want)
@@ -346,9 +346,18 @@ func TestTrackBranches(t *testing.T) {
 	// moment) caps at the setpoint's queue, 8.33 × 0.1 → 1, never at 0
 	// (which would mean no cap).
 	st = tr.Step(Signals{Latency: 50 * time.Millisecond, HasQueue: true, QueueDepth: 50, ServiceRate: 100, HasServiceRate: true,
-		UsedRate: 1000, Demand: 1000, InFlight: 20, HasInFlight: true}, period)
+		UsedRate: 1000, Demand: 3000, InFlight: 20, HasInFlight: true}, period)
 	if st.InFlightCap != 1 {
 		t.Errorf("in-flight cap below 1: %+v, want 1", st)
+	}
+	// A connection caught in the queue of a lightly loaded service (150/s
+	// of 1000 admitted, nothing refused) is no saturation: no cap, and the
+	// rate is held.
+	light := mustTrack(t, target, 100, 5000, 1000)
+	st = light.Step(Signals{Latency: 7 * time.Millisecond, HasQueue: true, QueueDepth: 1, ServiceRate: 150, HasServiceRate: true,
+		UsedRate: 150, Demand: 150, InFlight: 3, HasInFlight: true}, period)
+	if st.InFlightCap != 0 || st.Rate != 1000 || st.Action != ActionHoldIdle {
+		t.Errorf("light load with a connection in the queue: %+v, want no cap and 1000 held", st)
 	}
 	// Under the cap, with the queue at or below the setpoint, the rate
 	// only keeps the cap fed: μ(1 + s/τ), whatever the queue reads; an
