@@ -398,7 +398,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"xl_lpm6_key.addr", len(k6.Addr), 16},
 		{"sizeof xl_bucket", binary.Size(xdpXlBucket{}), 16},
 		{"sizeof xl_rule", binary.Size(rule), dataplane.NameLen + 8 + 2*16 + 2*8 + 8 + 8},
-		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 40},
+		{"sizeof xl_limit", binary.Size(xdpXlLimit{}), 48},
 		{"sizeof xl_globals", binary.Size(glob), 8*(2*int(dataplane.ProtoMax)+6) + 16 + 8},
 		{"sizeof xl_flow_key", binary.Size(xdpXlFlowKey{}), 40},
 		{"sizeof xl_flow", binary.Size(xdpXlFlow{}), 16},
