@@ -250,7 +250,8 @@ func (l *Loop) Configure(rules []RuleSpec, targets map[string][]Target) error {
 				break
 			}
 			p := spec.Adaptive
-			tr, err := NewTrack(TrackParams{TargetLatency: p.TargetLatency, MinRate: p.MinRate, MaxRate: p.MaxRate, ErrorThreshold: p.ErrorThreshold}, spec.Rate)
+			tr, err := NewTrack(TrackParams{TargetLatency: p.TargetLatency, MinRate: p.MinRate, MaxRate: p.MaxRate, ErrorThreshold: p.ErrorThreshold,
+				LatencyOnly: spec.Signal == "probe" || spec.Signal == "feedback"}, spec.Rate)
 			if err != nil {
 				return fmt.Errorf("configure rule %s: %w", spec.Name, err)
 			}

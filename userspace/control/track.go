@@ -16,6 +16,12 @@ type TrackParams struct {
 	// drops, failed probes) above which the queue is taken for full: the
 	// rate is then at most what the service took.
 	ErrorThreshold float64
+	// LatencyOnly: the signal gives only a sampled latency, no queue and
+	// no count (probe, feedback). Its samples are sparse and jitter by
+	// milliseconds, so the setpoint is the target itself: a third of it
+	// would sit in the noise, which then reads as a standing queue and
+	// stops the rate from growing back (TestProbeSignal).
+	LatencyOnly bool
 }
 
 // trackWindow is how many saturated samples the service-rate estimate
@@ -133,7 +139,11 @@ func NewTrack(p TrackParams, initial float64) (*Track, error) {
 		return nil, fmt.Errorf("new track: %w", invalid("initial rate %v: must be a number", initial))
 	}
 	target := p.TargetLatency.Seconds()
-	return &Track{p: p, target: target, setpoint: target * setpointFactor, rate: min(max(initial, p.MinRate), p.MaxRate)}, nil
+	setpoint := target * setpointFactor
+	if p.LatencyOnly {
+		setpoint = target
+	}
+	return &Track{p: p, target: target, setpoint: setpoint, rate: min(max(initial, p.MinRate), p.MaxRate)}, nil
 }
 
 // Rate is the rate in force.

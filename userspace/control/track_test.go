@@ -593,3 +593,22 @@ func TestTrackCapRegime(t *testing.T) {
 		t.Errorf("rate refusing: %+v, want %.1f at once", st, want)
 	}
 }
+
+// A latency-only signal (probe, feedback) holds the delay at the target
+// itself: at the target its rate is neither cut nor raised, where the
+// default setpoint (a third of it) cuts.
+func TestTrackLatencyOnlySetpoint(t *testing.T) {
+	const period = 50 * time.Millisecond
+	in := Signals{Latency: target, UsedRate: 1000, Demand: 2000}
+	only, err := NewTrack(TrackParams{TargetLatency: target, MinRate: 10, MaxRate: 5000, ErrorThreshold: 0.05, LatencyOnly: true}, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := only.Step(in, period); math.Abs(st.Rate-1000) > 1e-6 {
+		t.Errorf("latency only at the target: %+v, want 1000 held", st)
+	}
+	def := mustTrack(t, target, 10, 5000, 1000)
+	if st := def.Step(in, period); st.Rate >= 1000 {
+		t.Errorf("default setpoint at the target: %+v, want a cut", st)
+	}
+}
