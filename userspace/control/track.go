@@ -322,11 +322,24 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 // then none; a sample that refuses nothing ends it.
 func (t *Track) inFlightCap(in Signals, saturated, limited bool, q, mu float64) float64 {
 	if !in.HasInFlight || !(in.InFlight >= 0 && !math.IsInf(in.InFlight, 0)) || !limited {
-		t.busyAge = capHold
+		t.busyAge = capHold + 1 // no memory: the next cap starts afresh
 		return 0
 	}
 	if saturated && mu > 0 {
-		t.busy, t.busyMu, t.busyAge = max(in.InFlight-q, 0), mu, 0
+		// The connections in service: up at once, down over capSmooth
+		// samples. The count and the queue are read at two moments (a
+		// connection established between the two reads is counted
+		// twice), so one sample can read far fewer in service than
+		// there are workers; a cap at that would starve them
+		// (TestAdaptiveInFlightCap on a loaded machine: caps of 1 and
+		// 2 for a service of 4 workers).
+		busy := max(in.InFlight-q, 0)
+		if t.busyAge > capHold || busy >= t.busy {
+			t.busy = busy
+		} else {
+			t.busy += (busy - t.busy) / capSmooth
+		}
+		t.busyMu, t.busyAge = mu, 0
 	} else {
 		t.busyAge++
 		if t.busyAge > capHold {

@@ -612,3 +612,27 @@ func TestTrackLatencyOnlySetpoint(t *testing.T) {
 		t.Errorf("default setpoint at the target: %+v, want a cut", st)
 	}
 }
+
+// The connections in service behind the cap follow a rise at once and a
+// fall over capSmooth samples: one reading of the count and the queue
+// taken at two moments must not cap a service of 10 workers at 2.
+func TestTrackCapBusy(t *testing.T) {
+	const period = 50 * time.Millisecond
+	tr := mustTrack(t, target, 100, 5000, 1000)
+	sp := target.Seconds() * setpointFactor
+	step := func(inFlight, q float64) Step {
+		return tr.Step(Signals{Latency: seconds(q / 1000), HasQueue: true, QueueDepth: q, ServiceRate: 1000, HasServiceRate: true,
+			UsedRate: 1000, Demand: 3000, InFlight: inFlight, HasInFlight: true}, period)
+	}
+	if st := step(15, 5); st.InFlightCap != math.Round(10+1000*sp) {
+		t.Errorf("10 in service: %+v, want %v", st, math.Round(10+1000*sp))
+	}
+	// A reading of 2 in service: 10 + (2 − 10)/8 = 9.
+	if st := step(7, 5); st.InFlightCap != math.Round(9+1000*sp) {
+		t.Errorf("a reading of 2 in service: %+v, want %v", st, math.Round(9+1000*sp))
+	}
+	// A rise is taken at once.
+	if st := step(20, 5); st.InFlightCap != math.Round(15+1000*sp) {
+		t.Errorf("15 in service: %+v, want %v", st, math.Round(15+1000*sp))
+	}
+}
