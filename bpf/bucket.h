@@ -75,10 +75,12 @@ static __always_inline int xl_gcra(__u64 *tat, const struct xl_bucket *b, __u64 
 /* The drops a CPU may make without a clock read after a read found a
  * bucket of tolerance tol empty for a packet of inc (xl_cache_empty):
  * none when the tolerance leaves less than XL_SKIP_MIN_TOL_NS beyond the
- * packet, so that a take up to a tick late loses no tokens. */
-static __always_inline __u32 xl_skip_grant(__u64 tol, __u64 inc)
+ * packet, so that a take up to a tick late loses no tokens, and none
+ * where the rule does not allow runs (runs 0: a per-source rule, whose
+ * rule-wide bucket stays first come first served to the packet). */
+static __always_inline __u32 xl_skip_grant(__u64 tol, __u64 inc, __u32 runs)
 {
-	return tol >= inc + (XL_SKIP_MIN_TOL_NS << XL_TIME_SHIFT) ? XL_SKIP_DROPS : 0;
+	return runs && tol >= inc + (XL_SKIP_MIN_TOL_NS << XL_TIME_SHIFT) ? XL_SKIP_DROPS : 0;
 }
 
 /* Per-CPU token cache in front of a shared bucket.
@@ -98,7 +100,8 @@ static __always_inline __u32 xl_skip_grant(__u64 tol, __u64 inc)
  * new rule in the slot) is emptied first: that loses at most one batch.
  * Returns 1 when the packet conforms; *now is read lazily (0: not yet). */
 static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
-					   const struct xl_bucket *b, __u64 inc, __u64 now)
+					   const struct xl_bucket *b, __u64 inc, __u32 runs,
+					   __u64 now)
 {
 	if (c->credit >= inc) {
 		c->credit -= inc;
@@ -123,7 +126,7 @@ static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
 		if (retry_u) {
 			c->retry_ns = now + ((retry_u - now_u) + (1 << XL_TIME_SHIFT) - 1) /
 						(1 << XL_TIME_SHIFT);
-			c->skip = xl_skip_grant(b->tol, inc);
+			c->skip = xl_skip_grant(b->tol, inc, runs);
 		}
 		return 0;
 	}
@@ -207,7 +210,7 @@ static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_r
  * bucket was full for the excess, which is all that can be lost
  * (docs/dataplane.md, "Known empty"). Reads the time only when the credit
  * is short and the run is over. */
-static __always_inline int xl_cache_empty(struct xl_cache *c, __u64 inc, __u64 *now)
+static __always_inline int xl_cache_empty(struct xl_cache *c, __u64 inc, __u32 runs, __u64 *now)
 {
 	if (c->credit >= inc)
 		return 0;
@@ -218,16 +221,29 @@ static __always_inline int xl_cache_empty(struct xl_cache *c, __u64 inc, __u64 *
 	}
 	if (xl_cache_read(c, tick, now) >= c->retry_ns)
 		return 0;
-	c->skip = xl_skip_grant(c->tol, inc);
+	c->skip = xl_skip_grant(c->tol, inc, runs);
 	return 1;
 }
 
 /* xl_cached_admit with the time read only when the credit is short (then
  * xl_cache_empty has read it for this packet). */
 static __always_inline int xl_rule_admit(struct xl_cache *c, struct xl_bucket_state *st,
-					 const struct xl_bucket *b, __u64 inc, __u64 *now)
+					 const struct xl_bucket *b, __u64 inc, __u32 runs,
+					 __u64 *now)
 {
-	return xl_cached_admit(c, &st->tat, b, inc, c->credit >= inc ? 0 : xl_time(now));
+	return xl_cached_admit(c, &st->tat, b, inc, runs, c->credit >= inc ? 0 : xl_time(now));
+}
+
+/* Whether rule r's CPU caches may drop without clock reads (xl_skip_grant):
+ * not for a per-source rule. A run drops the packets that follow a read,
+ * whenever they come within the tick, so in a flood that comes in bursts
+ * a packet arriving in a gap, when the bucket has refilled, is refused
+ * and the token goes to the flood's next burst: the count stays exact but
+ * not first come first served, which a per-source rule promises its
+ * legitimate sources (tests/source_test.go, TestPerSourceFlood). */
+static __always_inline __u32 xl_runs(const struct xl_rule *r)
+{
+	return !(r->flags & XL_RULE_PER_SOURCE);
 }
 
 #endif /* XLIMIT_BUCKET_H */

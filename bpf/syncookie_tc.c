@@ -67,11 +67,11 @@ __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now,
 	xl_cache_claim(c, r, b);
 	__u64 inc = xl_bucket_inc(b, 1);
 	__u32 reason = xl_gate_refusal(r, slot, pkt, lim, st);
-	if (!reason && xl_cache_empty(c, inc, now))
+	if (!reason && xl_cache_empty(c, inc, xl_runs(r), now))
 		reason = XL_REASON_RULE;
 	if (!reason && !xl_source_pass(r, slot, pkt, now))
 		reason = XL_REASON_SOURCE;
-	if (!reason && !xl_rule_admit(c, st, b, inc, now))
+	if (!reason && !xl_rule_admit(c, st, b, inc, xl_runs(r), now))
 		reason = XL_REASON_RULE;
 	xl_count(slot, reason ? XL_VERDICT_DROP : XL_VERDICT_PASS,
 		 reason ? reason : XL_REASON_ADMIT, len);

@@ -110,13 +110,13 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	/* The rule-wide bucket known empty: drop before the per-source table
 	 * is touched, so a spoofed flood costs no LRU insert once it is over
 	 * the rule's rate. */
-	if (xl_cache_empty(c, inc, now))
+	if (xl_cache_empty(c, inc, xl_runs(r), now))
 		goto out;
 	if (!xl_source_pass(r, slot, pkt, now)) {
 		reason = XL_REASON_SOURCE;
 		goto out;
 	}
-	if (xl_rule_admit(c, st, b, inc, now)) {
+	if (xl_rule_admit(c, st, b, inc, xl_runs(r), now)) {
 		verdict = XL_VERDICT_PASS;
 		reason = XL_REASON_ADMIT;
 	}

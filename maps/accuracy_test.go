@@ -324,6 +324,22 @@ func TestSkipBound(t *testing.T) {
 		}
 	})
 
+	// A per-source rule: no run, whatever its burst (bucket.h, xl_runs).
+	t.Run("per source", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+			{Name: "r", Protocol: "udp", Ports: ports(53, 53), Rate: 1000, Burst: 100,
+				PerSource: &dataplane.PerSourceSpec{Rate: 1e6, Burst: 1e6, PrefixV4: 32, PrefixV6: 128}},
+		}}, nil))
+		for range 120 {
+			h.run(t, frame, t0)
+		}
+		if pass, _ := h.run(t, frame, t0+2_000_000); !pass {
+			t.Errorf("2 ms on, same tick: dropped, want no run without reads for a per-source rule")
+		}
+	})
+
 	// A tolerance under SkipMinTolNS beyond a packet: no run, the refill
 	// is seen at once, within the tick.
 	t.Run("small burst", func(t *testing.T) {

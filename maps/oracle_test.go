@@ -375,7 +375,7 @@ func (o *oracle) follow(i int, p orPacket, nowNS uint64, e orExpect, reason data
 		// starts a run (slack: the kernel's fixed point).
 		inc, tau := o.cost(i, p)/rate, burst/rate
 		st.skipTick, st.skipped = dataplane.FakeTick(nowNS), 0
-		st.skipOK = tau-inc >= float64(dataplane.SkipMinTolNS)/1e9-orSlack
+		st.skipOK = r.PerSource == nil && tau-inc >= float64(dataplane.SkipMinTolNS)/1e9-orSlack
 	case reason == dataplane.ReasonAdmit || reason == dataplane.ReasonSource:
 		// The cache read the clock and found room: no run.
 		st.skipped = dataplane.SkipDrops

@@ -160,7 +160,7 @@ func (c *Cache) Claim(b Bucket, epoch uint32) {
 // Empty is the Go model of bucket.h's xl_cache_empty: whether the cache
 // knows the shared bucket has no room for inc, with up to SkipDrops drops
 // without a read after a read found it empty, within the tick.
-func (c *Cache) Empty(inc, nowNS uint64) bool {
+func (c *Cache) Empty(inc, nowNS uint64, runs bool) bool {
 	if c.Credit >= inc {
 		return false
 	}
@@ -171,13 +171,13 @@ func (c *Cache) Empty(inc, nowNS uint64) bool {
 	if c.read(nowNS) >= c.RetryNS {
 		return false
 	}
-	c.Skip = skipGrant(c.Tol, inc)
+	c.Skip = skipGrant(c.Tol, inc, runs)
 	return true
 }
 
 // skipGrant is the Go model of bucket.h's xl_skip_grant.
-func skipGrant(tol, inc uint64) uint32 {
-	if tol >= inc+SkipMinTolNS<<TimeShift {
+func skipGrant(tol, inc uint64, runs bool) uint32 {
+	if runs && tol >= inc+SkipMinTolNS<<TimeShift {
 		return SkipDrops
 	}
 	return 0
@@ -186,7 +186,7 @@ func skipGrant(tol, inc uint64) uint32 {
 // Admit is the Go model of bucket.h's xl_cached_admit: a packet taking inc
 // time units conforms from the cache's credit, or by borrowing a batch from
 // the shared bucket *tat.
-func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64) bool {
+func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64, runs bool) bool {
 	if c.Credit >= inc {
 		c.Credit -= inc
 		return true
@@ -201,7 +201,7 @@ func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64) bool {
 	if took == 0 {
 		if retryU != 0 {
 			c.RetryNS = nowNS + (retryU-nowNS<<TimeShift+1<<TimeShift-1)/(1<<TimeShift)
-			c.Skip = skipGrant(b.Tol, inc)
+			c.Skip = skipGrant(b.Tol, inc, runs)
 		}
 		return false
 	}

@@ -378,13 +378,14 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 	if pkt.SYN && fresh && lim.ConcCap != 0 && !m.capAdmit(r, slot, lim.ConcCap) {
 		return refuse(ReasonConcurrency)
 	}
-	if c.Empty(inc, nowNS) {
+	runs := r.Flags&RulePerSource == 0 // bucket.h, xl_runs
+	if c.Empty(inc, nowNS, runs) {
 		return refuse(ReasonRule)
 	}
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
 		return refuse(ReasonSource)
 	}
-	if c.Admit(&st.tat, b, inc, nowNS) {
+	if c.Admit(&st.tat, b, inc, nowNS, runs) {
 		return VerdictPass, ReasonAdmit, false
 	}
 	return refuse(ReasonRule)
