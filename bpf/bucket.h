@@ -208,7 +208,7 @@ static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_r
  * from the TAT, not from now): a delay under tol - inc only moves
  * admissions later and the long-run count stays exact; beyond that the
  * bucket was full for the excess, which is all that can be lost
- * (docs/dataplane.md, "Known empty"). Reads the time only when the credit
+ * (docs/dataplane.md, "Drops without a clock read"). Reads the time only when the credit
  * is short and the run is over. */
 static __always_inline int xl_cache_empty(struct xl_cache *c, __u64 inc, __u32 runs, __u64 *now)
 {
