@@ -46,13 +46,6 @@ func TestConcurrencyGate(t *testing.T) {
 	syn, ack := tcpFrame(synFlags, "192.0.2.1"), tcpFrame(ackFlags, "192.0.2.1")
 	now := uint64(1000 * second)
 
-	setConns := func(c dataplane.Conns) {
-		t.Helper()
-		if err := h.tab.SetConns(slot, c); err != nil {
-			t.Fatal(err)
-		}
-		h.model.Conns[slot] = c
-	}
 	for _, c := range []struct {
 		name  string
 		conns dataplane.Conns
@@ -65,7 +58,7 @@ func TestConcurrencyGate(t *testing.T) {
 		{"another rule's count", dataplane.Conns{Count: 20, Epoch: epoch + 2}, true},
 		{"negative (lost increments)", dataplane.Conns{Count: -3, Epoch: epoch}, true},
 	} {
-		setConns(c.conns)
+		h.setConns(t, slot, c.conns)
 		before := h.slotCounters(t, slot)
 		if pass, res := h.run(t, syn, now); pass != c.pass {
 			t.Errorf("%s: SYN pass=%v (%v/%v), want %v", c.name, pass, res.Verdict, res.Reason, c.pass)
@@ -83,7 +76,7 @@ func TestConcurrencyGate(t *testing.T) {
 
 	// Between soft and max the drop probability rises linearly: at 15 of
 	// 10..20 half the SYNs drop. 4000 draws: 2000 ± 5 sigma (158).
-	setConns(dataplane.Conns{Count: 15, Epoch: epoch})
+	h.setConns(t, slot, dataplane.Conns{Count: 15, Epoch: epoch})
 	h.expectDrops(t, "count 15 of soft 10, max 20", slot, dataplane.ReasonConcurrency, now, 2000, 160)
 }
 

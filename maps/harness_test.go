@@ -152,6 +152,15 @@ func (h *harness) setLimit(tb testing.TB, slot int, l dataplane.Limit) {
 	h.model.Limits[slot] = l
 }
 
+// setConns writes a slot's count of connections in flight into both.
+func (h *harness) setConns(tb testing.TB, slot int, c dataplane.Conns) {
+	tb.Helper()
+	if err := h.tab.SetConns(slot, c); err != nil {
+		tb.Fatal(err)
+	}
+	h.model.Conns[slot] = c
+}
+
 // kernelRun runs frame n times at time now in the kernel only and returns
 // whether the last run passed. A run interrupted by a signal is restarted
 // by cilium/ebpf with the whole repeat count (the runs already done have

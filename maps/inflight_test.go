@@ -53,10 +53,7 @@ func TestInFlightCap(t *testing.T) {
 			now += 1 << dataplane.FakeTickShift
 		}
 		h.setLimit(t, slot, dataplane.Limit{Bucket: b, DeadlineNS: c.deadline, Epoch: epoch, ConcCap: c.cap})
-		if err := h.tab.SetConns(slot, c.conns); err != nil {
-			t.Fatal(err)
-		}
-		h.model.Conns[slot] = c.conns
+		h.setConns(t, slot, c.conns)
 		before := h.slotCounters(t, slot)
 		if pass, res := h.run(t, syn, now); pass != c.pass {
 			t.Errorf("%s: SYN pass=%v (%v/%v), want %v", c.name, pass, res.Verdict, res.Reason, c.pass)
@@ -96,11 +93,7 @@ func TestInFlightCapRefusal(t *testing.T) {
 		slot := h.slot(t, c.rule)
 		epoch := h.plan.Rules[slot].Epoch
 		h.setLimit(t, slot, dataplane.Limit{Bucket: b, DeadlineNS: now + second, Epoch: epoch, ConcCap: 5})
-		conns := dataplane.Conns{Count: 5, Epoch: epoch}
-		if err := h.tab.SetConns(slot, conns); err != nil {
-			t.Fatal(err)
-		}
-		h.model.Conns[slot] = conns
+		h.setConns(t, slot, dataplane.Conns{Count: 5, Epoch: epoch})
 		s := tcpSpec(synFlags, "192.0.2.7")
 		s.DstPort = c.port
 		pass, res := h.run(t, frame.MustBuild(s), now)

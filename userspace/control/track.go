@@ -216,7 +216,8 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	// An instant of an empty queue under the in-flight cap (capHold): the
 	// service was saturated a sample ago and the cap, not the rate,
 	// decides what it gets; its estimate stands.
-	hold := !saturated && in.HasInFlight && valid(in.InFlight) && t.busyAge < capHold && t.nmu > 0
+	countOK := in.HasInFlight && valid(in.InFlight)
+	hold := !saturated && countOK && t.busyAge < capHold && t.nmu > 0
 	mu := s
 	switch {
 	case saturated:
@@ -252,7 +253,11 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	// A queue while nothing is refused is a connection caught in it at
 	// the moment of the reading, not a saturated service: no cap, which
 	// would clamp a lightly loaded service to the few in it.
-	step.InFlightCap = t.inFlightCap(in, saturated && limited, limited, q, mu)
+	if countOK && limited {
+		step.InFlightCap = t.inFlightCap(in.InFlight, saturated, q, mu)
+	} else {
+		t.busyAge = capHold + 1 // no memory: the next cap starts afresh
+	}
 	capped := step.InFlightCap > 0
 	if capped && q <= capQueueSlack*t.setpoint*mu {
 		// The cap holds the queue at the setpoint between ticks, at once;
@@ -270,13 +275,14 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 			// the rate gives, and the smoothed estimate would ration its
 			// growth; follow the fast estimate up.
 			t.capMu = max(t.capMu, mu)
-		case saturated:
-			t.capN = min(t.capN+1, capSmooth)
-			t.capMu += (s - t.capMu) / float64(t.capN)
 		default:
-			// An empty queue: this sample is a lower bound.
+			sample := s
+			if !saturated {
+				// An empty queue: this sample is a lower bound.
+				sample = max(s, t.capMu)
+			}
 			t.capN = min(t.capN+1, capSmooth)
-			t.capMu += (max(s, t.capMu) - t.capMu) / float64(t.capN)
+			t.capMu += (sample - t.capMu) / float64(t.capN)
 		}
 		next = t.capMu * (1 + t.setpoint/tau)
 	} else {
@@ -314,17 +320,13 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	return step
 }
 
-// inFlightCap is the cap on the connections in flight after a fresh
-// sample (0: none): while the service is saturated and the rule refuses
-// traffic, the connections in service (n − q) and the setpoint's queue,
-// s·μ; the queue's excess goes. The cap of the last saturated sample stays
-// for capHold samples with an empty queue while the rule still refuses,
-// then none; a sample that refuses nothing ends it.
-func (t *Track) inFlightCap(in Signals, saturated, limited bool, q, mu float64) float64 {
-	if !in.HasInFlight || !(in.InFlight >= 0 && !math.IsInf(in.InFlight, 0)) || !limited {
-		t.busyAge = capHold + 1 // no memory: the next cap starts afresh
-		return 0
-	}
+// inFlightCap is the cap on the n connections in flight after a fresh
+// sample that refused traffic (0: none): while the service is saturated,
+// the connections in service (n − q) and the setpoint's queue, s·μ; the
+// queue's excess goes. The cap of the last saturated sample stays for
+// capHold samples with an empty queue, then none. (A sample that refuses
+// nothing, or reads no count, ends it: Step.)
+func (t *Track) inFlightCap(n float64, saturated bool, q, mu float64) float64 {
 	if saturated && mu > 0 {
 		// The connections in service: up at once, down over capSmooth
 		// samples. The count and the queue are read at two moments (a
@@ -333,7 +335,7 @@ func (t *Track) inFlightCap(in Signals, saturated, limited bool, q, mu float64) 
 		// there are workers; a cap at that would starve them
 		// (TestAdaptiveInFlightCap on a loaded machine: caps of 1 and
 		// 2 for a service of 4 workers).
-		busy := max(in.InFlight-q, 0)
+		busy := max(n-q, 0)
 		if t.busyAge > capHold || busy >= t.busy {
 			t.busy = busy
 		} else {
@@ -346,7 +348,7 @@ func (t *Track) inFlightCap(in Signals, saturated, limited bool, q, mu float64) 
 			return 0
 		}
 		// Idle workers are no fewer: at least what is in flight now.
-		t.busy = max(t.busy, in.InFlight)
+		t.busy = max(t.busy, n)
 	}
 	return max(math.Round(t.busy+t.setpoint*t.busyMu), 1)
 }
