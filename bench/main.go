@@ -82,6 +82,7 @@ type config struct {
 	skipTests   bool   // tests/' benchmarks (adaptive scenario, paced queue)
 	testsBench  string // their -bench pattern
 	allowDirty  bool
+	ab          string
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.BoolVar(&c.skipTests, "skip-tests-bench", false, "skip tests/' benchmarks (adaptive scenario, paced queue)")
 	flag.StringVar(&c.testsBench, "tests-bench", "AdaptiveScenario|PacedQueue|SynCookies", "-bench pattern of tests/' benchmarks")
 	flag.BoolVar(&c.allowDirty, "allow-dirty", false, "measure a tree that differs from its commit (the report says so at the top)")
+	flag.StringVar(&c.ab, "ab", "", "comma-separated xlimit binaries: measure only XDP_DROP and each of them flat out, rotated, and print the table (no report)")
 	quick := flag.Bool("quick", false, "one repetition, short windows (a smoke test; not for publishing)")
 	flag.Parse()
 	c.levels = []float64{250e3, 1e6, 4e6}
@@ -167,6 +169,14 @@ func run(ctx context.Context, c config) (err error) {
 	}
 	if err := os.Chdir(root); err != nil {
 		return err
+	}
+	if c.ab != "" {
+		e, err := newEnv(os.Getenv("XLIMIT_BIN"))
+		if err != nil {
+			return err
+		}
+		err = abFlat(ctx, e, c, splitBins(c.ab), os.Stdout)
+		return errors.Join(err, e.close())
 	}
 	src, err := treeSource(c.outDir)
 	if err != nil {

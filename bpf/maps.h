@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Every map of the XDP program. Config maps are written by the daemon only,
  * state maps by the program only (docs/design.md section 2). All but the test
- * clock are pinned by name under <bpffs>/xlimit/<iface>/, so a restarted
- * daemon adopts them, buckets and counters included. */
+ * clock and the flood memo are pinned by name under <bpffs>/xlimit/<iface>/,
+ * so a restarted daemon adopts them, buckets and counters included. */
 #ifndef XLIMIT_MAPS_H
 #define XLIMIT_MAPS_H
 
@@ -108,6 +108,16 @@ struct {
 	__type(value, struct xl_cache);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_caches SEC(".maps");
+
+/* State. Key 0: this CPU's memo of its last drop in a run (flood.h).
+ * Per-CPU array, not pinned: a memo lives for one tick, and a program
+ * loaded anew starts without one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xl_flood);
+} xl_flood SEC(".maps");
 
 /* State. Key: slot + source prefix. Value: the source's bucket, ban and
  * drop count. LRU hash: a spoofed flood evicts the least recent sources

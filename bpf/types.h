@@ -40,7 +40,7 @@
  * this many of the rule's next packets without reading it again, within
  * the same tick (bucket.h, xl_cache_empty): the bound on how late it sees
  * the bucket refill, in packets; the tick bounds it in time. */
-#define XL_SKIP_DROPS 16
+#define XL_SKIP_DROPS 64
 /* ... and only for a bucket whose tolerance exceeds a packet's cost by at
  * least this much: more than a tick (10 ms at HZ=100) and its lateness,
  * so that a late take still finds the TAT ahead of now and loses nothing. */
@@ -251,6 +251,19 @@ struct xl_cache {
 	__u64 tick;	/* the tick (jiffies) of that read; 0: none yet */
 	__u32 epoch;
 	__u32 skip; /* drops left without a clock read (at most XL_SKIP_DROPS) */
+};
+
+/* This CPU's memo of the last packet a rule dropped in a run of drops
+ * without clock reads (flood.h). A packet of the same generation that
+ * matches the same rules, in the same tick, is the same rule's drop while
+ * that rule's cache has drops left in the run. */
+struct xl_flood {
+	__u64 mask; /* the rules the packet matched; 0: no memo */
+	__u64 tick; /* the tick the memo was made in */
+	__u32 gen;  /* xl_gen's raw value, which every reload changes */
+	__u8 slot;  /* the rule that dropped it: mask's lowest bit */
+	__u8 syn;   /* the packet was a TCP SYN without ACK */
+	__u16 _pad;
 };
 
 /* Key of a source's bucket: the rule's slot and the source address masked

@@ -9,6 +9,7 @@
 #include "bucket.h"
 #include "clock.h"
 #include "conns.h"
+#include "flood.h"
 #include "frag.h"
 #include "refuse.h"
 #include "reset.h"
@@ -44,7 +45,8 @@ const struct xl_host_addr *xl_btf_host_addr __attribute__((unused));
 #define XL_APPLY_COOKIE (1 << 17)
 
 /* Applies the rule in one slot of a generation (key: gen * XL_MAX_RULES +
- * slot, its key in xl_rules) and counts its decision.
+ * slot, its key in xl_rules) and counts its decision. The packet matched
+ * the rules of mask.
  * Returns the rule's verdict in the low byte, its reason in the next, and
  * XL_APPLY_RESET when the drop is to be answered with a reset.
  * *now is the packet's time, read on first need (0: not read yet).
@@ -52,7 +54,7 @@ const struct xl_host_addr *xl_btf_host_addr __attribute__((unused));
  * A global (not inlined) function: the verifier checks it once, not once
  * per slot of the caller's loop over the matched rules. */
 __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt *pkt, __u64 *now,
-			     __u64 len)
+			     __u64 mask)
 {
 	__u32 gen = key / XL_MAX_RULES;
 	__u32 slot = key % XL_MAX_RULES;
@@ -63,12 +65,14 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	struct xl_cache *c = bpf_map_lookup_elem(&xl_caches, &slot);
 	if (!r || !st || !c || !(r->flags & XL_RULE_ACTIVE))
 		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
+	__u64 len = pkt->len;
 
 	__u32 verdict = XL_VERDICT_DROP;
 	__u32 reason = XL_REASON_RULE;
 	__u32 reset = 0;
 	__u32 cookie = 0;
 	__u32 capped = 0; /* refused by the control loop's in-flight cap */
+	__u32 run = 0;	  /* dropped in a run without clock reads */
 	const struct xl_bucket *b = &r->fallback;
 	__u64 inc = 0;
 	if ((pkt->fragment | pkt->first_frag) && (r->flags & XL_RULE_FRAG_DROP)) {
@@ -110,8 +114,10 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	/* The rule-wide bucket known empty: drop before the per-source table
 	 * is touched, so a spoofed flood costs no LRU insert once it is over
 	 * the rule's rate. */
-	if (xl_cache_empty(c, inc, xl_runs(r), now))
+	if (xl_cache_empty(c, inc, xl_runs(r), now)) {
+		run = 1;
 		goto out;
+	}
 	if (!xl_source_pass(r, slot, pkt, now)) {
 		reason = XL_REASON_SOURCE;
 		goto out;
@@ -130,6 +136,9 @@ out:
 		reset = XL_APPLY_RESET;
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
 		verdict = XL_VERDICT_WOULD_DROP;
+	if (run && reason == XL_REASON_RULE && !reset &&
+	    xl_flood_repeatable(r, slot, pkt, mask, lim))
+		xl_flood_note(mask, slot, pkt->syn, c);
 	xl_count(slot, verdict, reason, len);
 	return verdict | reason << 8 | (verdict == XL_VERDICT_DROP ? reset | cookie : 0);
 }
@@ -142,7 +151,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 	    .end = (void *)(long)ctx->data_end,
 	};
 	__u64 len = cur.end - cur.pos;
-	struct xl_pkt pkt = {};
+	struct xl_pkt pkt = {.len = len};
 	__u32 verdict = XL_VERDICT_PASS;
 	__u32 reason = XL_REASON_NO_RULE;
 	__u32 reset = 0;
@@ -205,6 +214,9 @@ int xlimit_xdp(struct xdp_md *ctx)
 	}
 
 	__u64 mask = xl_match(&pkt, gen, g, src);
+	/* A flood's packet that this CPU's memo answers (flood.h). */
+	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(mask, pkt.syn, *active, len))
+		return XDP_DROP;
 	/* Later fragments take their datagram's port rules (frag.h). */
 	struct xl_frag *frag = NULL;
 	if (pkt.fragment && xl_frag_followed(&pkt, g)) {
@@ -228,7 +240,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 			break;
 		if (!((mask >> i) & 1))
 			continue;
-		int res = xl_apply_rule(ctx, gen * XL_MAX_RULES + i, &pkt, &now, len);
+		int res = xl_apply_rule(ctx, gen * XL_MAX_RULES + i, &pkt, &now, mask);
 		if ((res & 0xff) == XL_VERDICT_DROP) {
 			verdict = XL_VERDICT_DROP;
 			reason = (res >> 8) & 0xff;

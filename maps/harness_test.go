@@ -120,6 +120,7 @@ func (h *harness) apply(tb testing.TB, p *dataplane.Plan) {
 	}
 	h.plan = p
 	h.model.Plan = p
+	h.model.Reload()
 }
 
 // slot returns the slot of a rule of the active plan, failing when absent.

@@ -213,11 +213,20 @@ func (t *Tables) Close() error {
 
 // ActiveGeneration returns the generation the program reads.
 func (t *Tables) ActiveGeneration() (uint32, error) {
+	g, err := t.reloads()
+	return g & 1, err
+}
+
+// reloads is xl_gen's raw value: a count of reloads whose lowest bit is
+// the active generation. The program's flood memo (bpf/flood.h) holds it,
+// so every reload voids the memos, even two within one tick that bring
+// the same generation back.
+func (t *Tables) reloads() (uint32, error) {
 	var g uint32
 	if err := t.gen.Lookup(uint32(0), &g); err != nil {
 		return 0, fmt.Errorf("read active generation: %w", err)
 	}
-	return g & 1, nil
+	return g, nil
 }
 
 // Apply writes plan into the inactive generation and then makes it active,
@@ -225,16 +234,16 @@ func (t *Tables) ActiveGeneration() (uint32, error) {
 // packets. Bucket state and counters are untouched: rules keep their slots
 // (dataplane.Compile) and their epochs.
 func (t *Tables) Apply(p *dataplane.Plan) error {
-	cur, err := t.ActiveGeneration()
+	cur, err := t.reloads()
 	if err != nil {
 		return err
 	}
-	next := cur ^ 1
-	if err := t.writeGeneration(next, p); err != nil {
-		return fmt.Errorf("write generation %d: %w", next, err)
+	next := cur + 1
+	if err := t.writeGeneration(next&1, p); err != nil {
+		return fmt.Errorf("write generation %d: %w", next&1, err)
 	}
 	if err := t.gen.Update(uint32(0), next, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("activate generation %d: %w", next, err)
+		return fmt.Errorf("activate generation %d: %w", next&1, err)
 	}
 	return nil
 }

@@ -49,6 +49,16 @@ type resptimeXlCounters struct {
 	Resets  [6]uint64
 }
 
+type resptimeXlFlood struct {
+	_    structs.HostLayout
+	Mask uint64
+	Tick uint64
+	Gen  uint32
+	Slot uint8
+	Syn  uint8
+	Pad  uint16
+}
+
 type resptimeXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
@@ -219,6 +229,7 @@ const (
 	resptimeMapXlClock           = "xl_clock"
 	resptimeMapXlConfig          = "xl_config"
 	resptimeMapXlConns           = "xl_conns"
+	resptimeMapXlFlood           = "xl_flood"
 	resptimeMapXlFrags           = "xl_frags"
 	resptimeMapXlGen             = "xl_gen"
 	resptimeMapXlHostAddrs       = "xl_host_addrs"
@@ -292,6 +303,7 @@ type resptimeMapSpecs struct {
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
+	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -341,6 +353,7 @@ type resptimeMaps struct {
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig      *ebpf.Map `ebpf:"xl_config"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
+	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -365,6 +378,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlClock,
 		m.XlConfig,
 		m.XlConns,
+		m.XlFlood,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,

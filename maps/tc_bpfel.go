@@ -83,6 +83,16 @@ type tcXlCounters struct {
 	Resets  [6]uint64
 }
 
+type tcXlFlood struct {
+	_    structs.HostLayout
+	Mask uint64
+	Tick uint64
+	Gen  uint32
+	Slot uint8
+	Syn  uint8
+	Pad  uint16
+}
+
 type tcXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
@@ -256,6 +266,7 @@ const (
 	tcMapXlCookieCfg     = "xl_cookie_cfg"
 	tcMapXlCookieState   = "xl_cookie_state"
 	tcMapXlCookieStats   = "xl_cookie_stats"
+	tcMapXlFlood         = "xl_flood"
 	tcMapXlFrags         = "xl_frags"
 	tcMapXlGen           = "xl_gen"
 	tcMapXlHostAddrs     = "xl_host_addrs"
@@ -332,6 +343,7 @@ type tcMapSpecs struct {
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -384,6 +396,7 @@ type tcMaps struct {
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -411,6 +424,7 @@ func (m *tcMaps) Close() error {
 		m.XlCookieCfg,
 		m.XlCookieState,
 		m.XlCookieStats,
+		m.XlFlood,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,

@@ -85,6 +85,16 @@ type xdpXlCounters struct {
 	Resets  [6]uint64
 }
 
+type xdpXlFlood struct {
+	_    structs.HostLayout
+	Mask uint64
+	Tick uint64
+	Gen  uint32
+	Slot uint8
+	Syn  uint8
+	Pad  uint16
+}
+
 type xdpXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
@@ -335,6 +345,7 @@ const (
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
 	xdpMapXlCookieState     = "xl_cookie_state"
 	xdpMapXlCookieStats     = "xl_cookie_stats"
+	xdpMapXlFlood           = "xl_flood"
 	xdpMapXlFrags           = "xl_frags"
 	xdpMapXlGen             = "xl_gen"
 	xdpMapXlHostAddrs       = "xl_host_addrs"
@@ -425,6 +436,7 @@ type xdpMapSpecs struct {
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -489,6 +501,7 @@ type xdpMaps struct {
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -516,6 +529,7 @@ func (m *xdpMaps) Close() error {
 		m.XlCookieCfg,
 		m.XlCookieState,
 		m.XlCookieStats,
+		m.XlFlood,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,

@@ -406,6 +406,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
 		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 32},
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
+		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 24},
 		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
 		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax) + int(dataplane.ResetMax))},
 	} {
@@ -440,6 +441,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlServed, dataplane.MaxRules, 0, 8},
 		{xdpMapXlRespFlows, dataplane.RespFlows, binary.Size(xdpXlFlow{}), 0},
 		{xdpMapXlRespHists, dataplane.MaxRules, binary.Size(xdpXlRespHist{}), 0},
+		{xdpMapXlFlood, 1, binary.Size(xdpXlFlood{}), 0},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {

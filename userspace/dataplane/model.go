@@ -29,6 +29,61 @@ type Model struct {
 	// Rand stands for bpf_get_prandom_u32 in the probabilistic gates; nil
 	// draws 0 (admit nothing that a probability may drop).
 	Rand func() uint32
+	// flood is the CPU's flood memo (bpf/flood.h); reloads counts Reload.
+	flood   floodMemo
+	reloads uint64
+}
+
+// floodMemo is the Go model of struct xl_flood: the last drop in a run,
+// for the packets that match the same rules in the same plan and tick.
+type floodMemo struct {
+	plan    *Plan
+	reloads uint64
+	mask    uint64
+	tick    uint64
+	slot    int
+	syn     bool
+}
+
+// Reload stands for the kernel's reload of the same or another plan
+// (maps.Tables.Apply): the generation changes, which voids the flood memo
+// even when Plan stays the same.
+func (m *Model) Reload() { m.reloads++ }
+
+// floodDrop is the Go model of flood.h's xl_flood_drop: whether the memo
+// answers a packet that matched mask, and then it takes one of the run's
+// drops and counts it to the rule.
+func (m *Model) floodDrop(mask uint64, syn bool, nowNS uint64, length int) bool {
+	f := &m.flood
+	tick := FakeTick(nowNS)
+	if f.mask != mask || f.plan != m.Plan || f.reloads != m.reloads || f.syn != syn || f.tick != tick {
+		return false
+	}
+	c := &m.caches[f.slot]
+	if c.Skip == 0 || c.Tick != tick {
+		return false
+	}
+	c.Skip--
+	m.Counters[f.slot].count(VerdictDrop, ReasonRule, uint64(length))
+	return true
+}
+
+// floodNote is the Go model of flood.h's xl_flood_repeatable and
+// xl_flood_note: it memoizes rule r's drop in a run of a packet that
+// matched mask when nothing but the run decided it.
+func (m *Model) floodNote(r *Rule, slot int, pkt *Packet, mask uint64, lim *Limit, fresh bool) {
+	c := &m.caches[slot]
+	if mask&(1<<slot-1) != 0 || pkt.Fragment || pkt.FirstFrag || c.Skip == 0 {
+		return
+	}
+	if r.Flags&(RuleShadow|RuleBytes|RulePerSource) != 0 {
+		return
+	}
+	if pkt.SYN && (r.Flags&(RuleCookieAuto|RuleCookieAlways|RuleRefuseReset|RuleConcurrency) != 0 ||
+		(fresh && (lim.Gate.Drop != 0 || lim.ConcCap != 0))) {
+		return
+	}
+	m.flood = floodMemo{plan: m.Plan, reloads: m.reloads, mask: mask, tick: c.Tick, slot: slot, syn: pkt.SYN}
 }
 
 // Conns is a slot's count of connections in flight (struct xl_conns).
@@ -230,6 +285,9 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 	}
 
 	mask := m.match(&pkt, src)
+	if mask != 0 && !pkt.Fragment && !pkt.FirstFrag && m.floodDrop(mask, pkt.SYN, nowNS, pkt.Len) {
+		return Result{Verdict: VerdictDrop, Reason: ReasonRule}
+	}
 	// Later fragments take their datagram's port rules (frag.h).
 	var frag *fragState
 	if pkt.Fragment && m.fragFollowed(&pkt) {
@@ -284,7 +342,7 @@ func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64)
 		if !r.Active() {
 			continue
 		}
-		v, why, reset := m.applyRule(frame, r, i, pkt, nowNS)
+		v, why, reset := m.applyRule(frame, r, i, pkt, mask, nowNS)
 		if why == ReasonRule && m.cookieOverflow(r, i, pkt, nowNS) {
 			why = ReasonCookie
 		}
@@ -323,7 +381,7 @@ func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
 	return mask & (^g.SrcFiltered | rules)
 }
 
-func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS uint64) (Verdict, Reason, bool) {
+func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, nowNS uint64) (Verdict, Reason, bool) {
 	if (pkt.Fragment || pkt.FirstFrag) && r.Flags&RuleFragDrop != 0 {
 		return VerdictDrop, ReasonFragment, false
 	}
@@ -380,7 +438,11 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, nowNS ui
 	}
 	runs := r.Flags&RulePerSource == 0 // bucket.h, xl_runs
 	if c.Empty(inc, nowNS, runs) {
-		return refuse(ReasonRule)
+		v, why, reset := refuse(ReasonRule)
+		if !reset {
+			m.floodNote(r, slot, pkt, mask, lim, fresh)
+		}
+		return v, why, reset
 	}
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
 		return refuse(ReasonSource)
