@@ -75,6 +75,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_prefix6 SEC(".maps");
 
+/* Config. Key: (generation << 11) | (family << 10) | word, family 0 for
+ * IPv4 and 1 for IPv6. Value: 64 bits of the generation's prefilter of
+ * xl_prefix4 or xl_prefix6 (XL_PREFILTER_WORDS words a family): a bit is
+ * set when some entry of the trie may contain a source with that bit (see
+ * XL_PREFILTER_HASH; an IPv6 entry shorter than /32 sets every bit). A
+ * clear bit: no prefix contains the source, and the trie is not looked
+ * up. Array: one inlined load instead of a trie walk; 32 KiB. Read only
+ * when the generation has XL_G_PREFILTER, which the daemon sets after
+ * writing the bitmap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_GENERATIONS * 2 * XL_PREFILTER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_prefilter SEC(".maps");
+
 /* Config. Key: slot. Value: the control loop's bucket with its deadline;
  * the rule's fallback applies once the deadline passes. Not generational:
  * the control loop owns it between reloads, and the epoch ties it to one

@@ -47,6 +47,12 @@
 #define XL_SKIP_MIN_TOL_NS 20000000ULL
 /* The fake clock's tick (tests): 2^22 ns, about 4.2 ms, like HZ=250. */
 #define XL_FAKE_TICK_SHIFT 22
+/* The source prefilter (xl_prefilter): 65536 bits per generation and
+ * family, in 64-bit words. IPv4 bit: the source's /16. IPv6 bit: the top
+ * 32 bits of the source times XL_PREFILTER_HASH, the product's top 16 bits
+ * (Fibonacci hashing: /32 allocations spread over the bits). */
+#define XL_PREFILTER_WORDS 1024
+#define XL_PREFILTER_HASH  0x9e3779b1u
 
 /* Protocol classes a rule can match. TCP and UDP have ports. */
 enum xl_proto {
@@ -125,6 +131,11 @@ enum xl_global_flag {
 	XL_G_MALFORMED_PASS = 1 << 0, /* malformed frames pass (default: drop) */
 	XL_G_PREFIXES_V4 = 1 << 1,    /* the IPv4 prefix trie has entries */
 	XL_G_PREFIXES_V6 = 1 << 2,    /* the IPv6 prefix trie has entries */
+	/* The generation's prefilter (xl_prefilter) is written: a clear bit
+	 * there means that no prefix of the trie contains the source. Without
+	 * it (a generation written by a daemon from before the prefilter) every
+	 * source is looked up. */
+	XL_G_PREFILTER = 1 << 3,
 };
 
 /* xl_prefix.flags */

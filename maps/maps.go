@@ -130,7 +130,7 @@ func (o *Objects) Close() error {
 func PinnedNames() []string {
 	return []string{
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
-		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlLimits, xdpMapXlBuckets,
+		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats,
@@ -143,9 +143,13 @@ func PinnedNames() []string {
 type Tables struct {
 	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources, conns *ebpf.Map
 	hostAddrs                                                                                  *ebpf.Map
-	cookie                                                                                     *cookieMaps // cookie.go
-	resp                                                                                       *respMaps   // resptime.go
-	owned                                                                                      bool
+	// prefilter is nil in pins of an xlimit from before it: then no
+	// generation is written with one (GlobalPrefilter), and the program
+	// looks every source up.
+	prefilter *ebpf.Map
+	cookie    *cookieMaps // cookie.go
+	resp      *respMaps   // resptime.go
+	owned     bool
 }
 
 // Tables returns access to the maps of loaded objects.
@@ -155,7 +159,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
-		conns: m.XlConns, hostAddrs: m.XlHostAddrs, cookie: o.cookieMaps(), resp: o.respMaps(),
+		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, cookie: o.cookieMaps(), resp: o.respMaps(),
 	}
 }
 
@@ -182,6 +186,12 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		}
 		*m.dst = mp
 	}
+	pf, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlPrefilter), opts)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Close()
+		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlPrefilter, err)
+	}
+	t.prefilter = pf
 	c, err := openCookieMaps(dir, opts)
 	if err != nil {
 		t.Close()
@@ -202,7 +212,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -273,6 +283,13 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 	if err := t.writePrefixes(gen, p); err != nil {
 		return err
 	}
+	flags := p.Globals.Flags &^ dataplane.GlobalPrefilter
+	if t.prefilter != nil {
+		if err := t.writePrefilter(gen, p.Prefilter()); err != nil {
+			return err
+		}
+		flags |= dataplane.GlobalPrefilter
+	}
 
 	g := xdpXlGlobals{
 		Portless:    p.Globals.Portless,
@@ -284,8 +301,10 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 		RespTime:    p.Globals.RespTime,
 		NetnsCookie: netnsCookie(),
 		Reset:       xdpXlBucket{Mult: p.Globals.Reset.Mult, Tol: p.Globals.Reset.Tol},
-		Flags:       p.Globals.Flags,
+		Flags:       flags,
 	}
+	// The globals after the prefilter: the generation's flag must not
+	// come before its bitmap.
 	if err := t.config.Update(gen, &g, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write globals: %w", err)
 	}
@@ -311,6 +330,34 @@ func (t *Tables) writePrefixes(gen uint32, p *dataplane.Plan) error {
 		if err := writePrefix(t.prefix6, &k, e); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// prefilterKey is the key of a word of xl_prefilter (bpf/maps.h).
+func prefilterKey(gen uint32, v6 bool, word int) uint32 {
+	k := gen<<11 | uint32(word)
+	if v6 {
+		k |= 1 << 10
+	}
+	return k
+}
+
+// writePrefilter writes a generation's prefilter, both families, whole:
+// every bit of an earlier plan is overwritten.
+func (t *Tables) writePrefilter(gen uint32, f *dataplane.Prefilter) error {
+	keys := make([]uint32, 0, 2*dataplane.PrefilterWords)
+	vals := make([]uint64, 0, 2*dataplane.PrefilterWords)
+	for i := range dataplane.PrefilterWords {
+		keys = append(keys, prefilterKey(gen, false, i))
+		vals = append(vals, f.V4[i])
+	}
+	for i := range dataplane.PrefilterWords {
+		keys = append(keys, prefilterKey(gen, true, i))
+		vals = append(vals, f.V6[i])
+	}
+	if _, err := t.prefilter.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("write prefilter: %w", err)
 	}
 	return nil
 }
@@ -366,7 +413,7 @@ func (t *Tables) ReadPlan() (*dataplane.Plan, error) {
 	}
 	p.Globals = dataplane.Globals{Portless: g.Portless, FragMatch: g.FragMatch, SynOnly: g.SynOnly, SrcFiltered: g.SrcFiltered, Concurrent: g.Concurrent,
 		Served: g.Served, RespTime: g.RespTime,
-		Reset: dataplane.Bucket{Mult: g.Reset.Mult, Tol: g.Reset.Tol}, Flags: g.Flags}
+		Reset: dataplane.Bucket{Mult: g.Reset.Mult, Tol: g.Reset.Tol}, Flags: g.Flags &^ dataplane.GlobalPrefilter}
 
 	if p.Cookies, err = t.readCookies(gen); err != nil {
 		return nil, err

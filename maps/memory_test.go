@@ -28,6 +28,7 @@ func TestMapGeometryMatchesLimits(t *testing.T) {
 		{xdpMapXlSources, dataplane.SourceKeySize, dataplane.SourceValueSize, dataplane.DefaultSourceTableSize},
 		{xdpMapXlPrefix4, dataplane.LPM4KeySize, dataplane.PrefixValueSize, dataplane.PrefixTrieEntries},
 		{xdpMapXlPrefix6, dataplane.LPM6KeySize, dataplane.PrefixValueSize, dataplane.PrefixTrieEntries},
+		{xdpMapXlPrefilter, 4, 8, dataplane.Generations * 2 * dataplane.PrefilterWords},
 	} {
 		m := spec.Maps[c.name]
 		if m == nil {

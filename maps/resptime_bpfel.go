@@ -235,6 +235,7 @@ const (
 	resptimeMapXlHostAddrs       = "xl_host_addrs"
 	resptimeMapXlLimits          = "xl_limits"
 	resptimeMapXlPorts           = "xl_ports"
+	resptimeMapXlPrefilter       = "xl_prefilter"
 	resptimeMapXlPrefix4         = "xl_prefix4"
 	resptimeMapXlPrefix6         = "xl_prefix6"
 	resptimeMapXlResetBudget     = "xl_reset_budget"
@@ -309,6 +310,7 @@ type resptimeMapSpecs struct {
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
 	XlLimits      *ebpf.MapSpec `ebpf:"xl_limits"`
 	XlPorts       *ebpf.MapSpec `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
@@ -359,6 +361,7 @@ type resptimeMaps struct {
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
 	XlLimits      *ebpf.Map `ebpf:"xl_limits"`
 	XlPorts       *ebpf.Map `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
@@ -384,6 +387,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlHostAddrs,
 		m.XlLimits,
 		m.XlPorts,
+		m.XlPrefilter,
 		m.XlPrefix4,
 		m.XlPrefix6,
 		m.XlResetBudget,

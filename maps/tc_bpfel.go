@@ -272,6 +272,7 @@ const (
 	tcMapXlHostAddrs     = "xl_host_addrs"
 	tcMapXlLimits        = "xl_limits"
 	tcMapXlPorts         = "xl_ports"
+	tcMapXlPrefilter     = "xl_prefilter"
 	tcMapXlPrefix4       = "xl_prefix4"
 	tcMapXlPrefix6       = "xl_prefix6"
 	tcMapXlResetBudget   = "xl_reset_budget"
@@ -349,6 +350,7 @@ type tcMapSpecs struct {
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
 	XlLimits      *ebpf.MapSpec `ebpf:"xl_limits"`
 	XlPorts       *ebpf.MapSpec `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
@@ -402,6 +404,7 @@ type tcMaps struct {
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
 	XlLimits      *ebpf.Map `ebpf:"xl_limits"`
 	XlPorts       *ebpf.Map `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
@@ -430,6 +433,7 @@ func (m *tcMaps) Close() error {
 		m.XlHostAddrs,
 		m.XlLimits,
 		m.XlPorts,
+		m.XlPrefilter,
 		m.XlPrefix4,
 		m.XlPrefix6,
 		m.XlResetBudget,

@@ -135,6 +135,7 @@ const (
 	xdpXlGlobalFlagXL_G_MALFORMED_PASS xdpXlGlobalFlag = 1
 	xdpXlGlobalFlagXL_G_PREFIXES_V4    xdpXlGlobalFlag = 2
 	xdpXlGlobalFlagXL_G_PREFIXES_V6    xdpXlGlobalFlag = 4
+	xdpXlGlobalFlagXL_G_PREFILTER      xdpXlGlobalFlag = 8
 )
 
 type xdpXlGlobals struct {
@@ -351,6 +352,7 @@ const (
 	xdpMapXlHostAddrs       = "xl_host_addrs"
 	xdpMapXlLimits          = "xl_limits"
 	xdpMapXlPorts           = "xl_ports"
+	xdpMapXlPrefilter       = "xl_prefilter"
 	xdpMapXlPrefix4         = "xl_prefix4"
 	xdpMapXlPrefix6         = "xl_prefix6"
 	xdpMapXlResetBudget     = "xl_reset_budget"
@@ -442,6 +444,7 @@ type xdpMapSpecs struct {
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
 	XlLimits      *ebpf.MapSpec `ebpf:"xl_limits"`
 	XlPorts       *ebpf.MapSpec `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
@@ -507,6 +510,7 @@ type xdpMaps struct {
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
 	XlLimits      *ebpf.Map `ebpf:"xl_limits"`
 	XlPorts       *ebpf.Map `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
@@ -535,6 +539,7 @@ func (m *xdpMaps) Close() error {
 		m.XlHostAddrs,
 		m.XlLimits,
 		m.XlPorts,
+		m.XlPrefilter,
 		m.XlPrefix4,
 		m.XlPrefix6,
 		m.XlResetBudget,

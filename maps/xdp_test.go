@@ -361,6 +361,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		"XL_G_MALFORMED_PASS":       uint64(xdpXlGlobalFlagXL_G_MALFORMED_PASS),
 		"XL_G_PREFIXES_V4":          uint64(xdpXlGlobalFlagXL_G_PREFIXES_V4),
 		"XL_G_PREFIXES_V6":          uint64(xdpXlGlobalFlagXL_G_PREFIXES_V6),
+		"XL_G_PREFILTER":            uint64(xdpXlGlobalFlagXL_G_PREFILTER),
 		"XL_PREFIX_ALLOW":           uint64(xdpXlPrefixFlagXL_PREFIX_ALLOW),
 		"XL_PREFIX_DENY":            uint64(xdpXlPrefixFlagXL_PREFIX_DENY),
 	}
@@ -538,6 +539,7 @@ func enumPairs() []enumPair {
 		{"XL_RULE_REFUSE_RESET", uint64(dataplane.RuleRefuseReset)},
 		{"XL_G_MALFORMED_PASS", uint64(dataplane.GlobalMalformedPass)},
 		{"XL_G_PREFIXES_V4", uint64(dataplane.GlobalPrefixesV4)}, {"XL_G_PREFIXES_V6", uint64(dataplane.GlobalPrefixesV6)},
+		{"XL_G_PREFILTER", uint64(dataplane.GlobalPrefilter)},
 		{"XL_PREFIX_ALLOW", uint64(dataplane.PrefixAllow)}, {"XL_PREFIX_DENY", uint64(dataplane.PrefixDeny)},
 	}
 }

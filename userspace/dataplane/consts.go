@@ -185,6 +185,10 @@ const (
 	GlobalMalformedPass uint32 = 1 << 0
 	GlobalPrefixesV4    uint32 = 1 << 1
 	GlobalPrefixesV6    uint32 = 1 << 2
+	// GlobalPrefilter says that the generation's prefilter (Prefilter,
+	// xl_prefilter) is written. The maps package sets it when it writes
+	// one; a Plan never carries it.
+	GlobalPrefilter uint32 = 1 << 3
 )
 
 // Prefix flags (enum xl_prefix_flag).
