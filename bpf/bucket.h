@@ -139,14 +139,17 @@ static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
  * left by an earlier rule in the slot. */
 
 /* Claims the slot's bucket state for rule r: state left by another rule
- * (another epoch) starts full (a TAT of now). Two CPUs may both reset; it
- * starts full once. *now is read lazily (0: not yet). */
+ * (another epoch) starts full (a TAT of now), with no half-open probes
+ * counted (the new rule's breaker may start at the round number the old
+ * one had reached). Two CPUs may both reset; it starts full once. *now is
+ * read lazily (0: not yet). */
 static __always_inline void xl_state_claim(struct xl_bucket_state *st, const struct xl_rule *r,
 					   __u64 *now)
 {
 	if (st->epoch != r->epoch) {
 		st->tat = xl_time(now) << XL_TIME_SHIFT;
 		st->reset_tat = 0;
+		st->probes = 0;
 		st->epoch = r->epoch;
 	}
 }

@@ -154,6 +154,21 @@ func TestBreakerGate(t *testing.T) {
 	// A probability: a quarter of the SYNs drop. 4000 draws: 1000 ± 5 sigma (137).
 	limit(dataplane.Gate{Drop: 1 << 30}, now+second)
 	h.expectDrops(t, "gate 1/4", slot, dataplane.ReasonBreaker, now, 1000, 137)
+
+	// Another rule in the slot, its breaker half-open in round 8 too: the
+	// probes the old rule spent in its round 8 are not the new one's.
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{{
+		Name: "api", Protocol: "tcp", Ports: ports(80, 80), Rate: 1e6, Burst: 1e6,
+	}}}, nil))
+	if s := h.slot(t, "api"); s != slot {
+		t.Fatalf("the new rule took slot %d, not the old rule's %d", s, slot)
+	}
+	epoch = h.plan.Rules[slot].Epoch
+	limit(dataplane.Gate{Drop: dataplane.GateAll, Probes: 3, Round: 8}, now+second)
+	for range 3 {
+		expect("new rule, half-open round 8: probe", syn, true)
+	}
+	expect("new rule, half-open round 8: fourth SYN", syn, false)
 }
 
 // TestResetReply: a SYN refused by a gate comes back as the reset its

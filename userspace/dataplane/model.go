@@ -387,7 +387,7 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 	}
 	st := &m.buckets[slot]
 	if st.epoch != r.Epoch {
-		st.tat, st.epoch, st.resetTAT = nowNS<<TimeShift, r.Epoch, 0
+		st.tat, st.epoch, st.resetTAT, st.probes = nowNS<<TimeShift, r.Epoch, 0, 0
 	}
 	b := r.Fallback
 	lim := &m.Limits[slot]
