@@ -40,7 +40,7 @@
  * this many of the rule's next packets without reading it again, within
  * the same tick (bucket.h, xl_cache_empty): the bound on how late it sees
  * the bucket refill, in packets; the tick bounds it in time. */
-#define XL_SKIP_DROPS 64
+#define XL_SKIP_DROPS 1024
 /* ... and only for a bucket whose tolerance exceeds a packet's cost by at
  * least this much: more than a tick (10 ms at HZ=100) and its lateness,
  * so that a late take still finds the TAT ahead of now and loses nothing. */

@@ -30,7 +30,7 @@ const (
 	// SkipDrops is how many drops a CPU's cache makes without reading the
 	// clock after a read found its bucket empty, within one tick
 	// (bucket.h, XL_SKIP_DROPS).
-	SkipDrops = 64
+	SkipDrops = 1024
 	// SkipMinTolNS: only a bucket whose tolerance exceeds a packet's cost
 	// by this much grants SkipDrops (bucket.h, XL_SKIP_MIN_TOL_NS).
 	SkipMinTolNS = 20000000
