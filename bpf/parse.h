@@ -122,7 +122,6 @@ struct xl_pkt {
 	 * destination and identification, the rest of its xl_frag_key. */
 	__u32 frag_id;
 	__u8 daddr[16];
-	__u32 len; /* the frame's length (data_end - data) */
 };
 
 struct xl_cursor {

@@ -65,7 +65,11 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	struct xl_cache *c = bpf_map_lookup_elem(&xl_caches, &slot);
 	if (!r || !st || !c || !(r->flags & XL_RULE_ACTIVE))
 		return XL_VERDICT_PASS | XL_REASON_ADMIT << 8;
-	__u64 len = pkt->len;
+	/* The frame's length, from the context: an argument more than the
+	 * five a BPF call takes, or a field of xl_pkt, which would take
+	 * xlimit_xdp's stack past what 6.1's verifier allows for its
+	 * deepest chain of calls (docs/kernels.md). */
+	__u64 len = (__u64)ctx->data_end - (__u64)ctx->data;
 
 	__u32 verdict = XL_VERDICT_DROP;
 	__u32 reason = XL_REASON_RULE;
@@ -151,7 +155,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 	    .end = (void *)(long)ctx->data_end,
 	};
 	__u64 len = cur.end - cur.pos;
-	struct xl_pkt pkt = {.len = len};
+	struct xl_pkt pkt = {};
 	__u32 verdict = XL_VERDICT_PASS;
 	__u32 reason = XL_REASON_NO_RULE;
 	__u32 reset = 0;
