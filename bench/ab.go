@@ -28,14 +28,7 @@ func abFlat(ctx context.Context, e *env, c config, bins []string, w io.Writer) e
 			} else {
 				e.xlimitBin = label
 			}
-			rc, err := e.newReceiver(ctx, kind, limit)
-			if err != nil {
-				return fmt.Errorf("%s: %w", label, err)
-			}
-			p, err := e.flat(ctx, rc, e.cpus, false, c.warm, c.window)
-			if cerr := rc.close(); err == nil {
-				err = cerr
-			}
+			p, err := e.flatOnce(ctx, kind, limit, e.cpus, false, c.warm, c.window)
 			if err != nil {
 				return fmt.Errorf("%s: %w", label, err)
 			}

@@ -132,14 +132,7 @@ func (r *results) live(ctx context.Context, e *env) error {
 	}
 	for rep := range c.reps {
 		for _, s := range rotate(setups, rep) {
-			rc, err := e.newReceiver(ctx, s.receiver, limit)
-			if err != nil {
-				return fmt.Errorf("generator, %s: %w", s.label, err)
-			}
-			p, err := e.flat(ctx, rc, s.cpus, s.random, c.warm, c.window)
-			if cerr := rc.close(); err == nil {
-				err = cerr
-			}
+			p, err := e.flatOnce(ctx, s.receiver, limit, s.cpus, s.random, c.warm, c.window)
 			if err != nil {
 				return fmt.Errorf("generator, %s: %w", s.label, err)
 			}
@@ -193,14 +186,7 @@ func (r *results) live(ctx context.Context, e *env) error {
 			if _, skipped := r.skipped[kind]; skipped {
 				continue
 			}
-			rc, err := e.newReceiver(ctx, kind, perSource)
-			if err != nil {
-				return fmt.Errorf("random sources, %s: %w", kind, err)
-			}
-			p, err := e.flat(ctx, rc, e.cpus, true, c.warm, c.window)
-			if cerr := rc.close(); err == nil {
-				err = cerr
-			}
+			p, err := e.flatOnce(ctx, kind, perSource, e.cpus, true, c.warm, c.window)
 			if err != nil {
 				return fmt.Errorf("random sources, %s: %w", kind, err)
 			}
@@ -320,6 +306,20 @@ func (r *results) skip(kind string, err error) bool {
 // with the token unspent and gets less than its rate; with 2 the bucket
 // never fills up under the flood and the rate holds.
 func srcBurst(rate float64) float64 { return max(2, 2*rate) }
+
+// flatOnce starts a receiver of the given kind, measures it flat out
+// (flat) and stops it.
+func (e *env) flatOnce(ctx context.Context, kind string, l limitSpec, cpus []int, random bool, warm, window time.Duration) (point, error) {
+	rc, err := e.newReceiver(ctx, kind, l)
+	if err != nil {
+		return point{}, err
+	}
+	p, err := e.flat(ctx, rc, cpus, random, warm, window)
+	if cerr := rc.close(); err == nil {
+		err = cerr
+	}
+	return p, err
+}
 
 // flat measures flat out, with the fixed or the random-source frame.
 func (e *env) flat(ctx context.Context, rc receiver, cpus []int, random bool, warm, window time.Duration) (point, error) {

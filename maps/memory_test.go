@@ -51,19 +51,7 @@ func TestMapGeometryMatchesLimits(t *testing.T) {
 // within 10 % (plus a page for the map's header) of what the kernel says.
 func TestPinnedMemory(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount bpffs: %v", err)
-		}
-	})
-	pins := filepath.Join(dir, "pins")
-	if err := os.Mkdir(pins, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	pins := privatePinDir(t)
 	objs, err := Load(Options{PinDir: pins, SourceTableSize: 100000})
 	if err != nil {
 		t.Fatal(err)
@@ -126,4 +114,24 @@ func TestPinnedMemory(t *testing.T) {
 	if m := byName[xdpMapXlPrefix4]; m.Estimate != dataplane.MapBytes(dataplane.MapLPMTrie, dataplane.LPM4KeySize, dataplane.PrefixValueSize, 0, 300, 0) {
 		t.Errorf("xl_prefix4 estimate %d B for 300 prefixes", m.Estimate)
 	}
+}
+
+// privatePinDir mounts a bpffs of the test's own, unmounted when the test
+// ends, and returns a pin directory in it.
+func privatePinDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount bpffs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount bpffs: %v", err)
+		}
+	})
+	pins := filepath.Join(dir, "pins")
+	if err := os.Mkdir(pins, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return pins
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -225,19 +224,7 @@ func TestPrefilterMatchesTrie(t *testing.T) {
 // is not skipped.
 func TestPrefilterOldPins(t *testing.T) {
 	requireRoot(t)
-	dir := t.TempDir()
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount bpffs: %v", err)
-		}
-	})
-	pins := filepath.Join(dir, "pins")
-	if err := os.Mkdir(pins, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	pins := privatePinDir(t)
 	old, err := Load(Options{PinDir: pins})
 	if err != nil {
 		t.Fatal(err)
