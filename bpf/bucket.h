@@ -183,11 +183,13 @@ static __always_inline const struct xl_limit *xl_limit_for(const struct xl_rule 
 	return t < lim->deadline_ns ? lim : NULL;
 }
 
-/* Claims this CPU's cache for rule r under the settings b: a cache filled
- * for another rule (another epoch) or under other settings is emptied.
- * Its last clock read stays: it is a fact about time, not about the rule. */
+/* Claims this CPU's cache of a slot for rule r under the settings b: a
+ * cache filled for another rule (another epoch) or under other settings is
+ * emptied, and so is a run of drops this CPU's flood memo took over from it
+ * (flood.h). Its last clock read stays: it is a fact about time, not about
+ * the rule. */
 static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_rule *r,
-					   const struct xl_bucket *b)
+					   const struct xl_bucket *b, __u32 slot)
 {
 	if (c->epoch != r->epoch || c->mult != b->mult || c->tol != b->tol) {
 		c->credit = 0;
@@ -196,6 +198,10 @@ static __always_inline void xl_cache_claim(struct xl_cache *c, const struct xl_r
 		c->mult = b->mult;
 		c->tol = b->tol;
 		c->epoch = r->epoch;
+		__u32 zero = 0;
+		struct xl_flood *f = bpf_map_lookup_elem(&xl_flood, &zero);
+		if (f && f->slot == slot)
+			f->left = 0;
 	}
 }
 

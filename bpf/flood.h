@@ -7,9 +7,11 @@
  * (bucket.h, xl_cache_empty). Those drops still cost the rule's lookups,
  * its limit, its gates and its exit. The memo records, per CPU, the
  * packet that such a drop answered: the generation, the rules it matched
- * and whether it was a SYN. A later packet that matches the same rules in
- * the same generation and tick takes one of the run's drops directly and
- * is counted as the rule would count it.
+ * and whether it was a SYN, and it takes the rest of the run over from the
+ * rule's cache. A later packet that matches the same rules in the same
+ * generation and tick takes one of those drops directly: one map lookup,
+ * and one count in the memo's own entry (xl_flood.counts, which readers
+ * add to the slot's and the global slot's counts for the rate).
  *
  * A memo is made only where the rule's decision depends on nothing but the
  * run: the dropping rule is the first the packet matched (no rule before it
@@ -19,13 +21,17 @@
  * SYN-only feature (cookies, `refuse: reset`, concurrency, the control
  * loop's gates and in-flight cap).
  *
- * Bound: the memo changes no count. The run is the cache's (c->skip): a
- * memo hit takes one of its drops, so a CPU still reads the clock at least
- * once per XL_SKIP_DROPS + 1 drops of a rule and at least once per tick.
- * What the memo skips is the rule's settings: a reload (the generation
- * changes) voids it at once; a new limit from the control loop, or one
- * past its deadline, is seen by the memo's packets at the next tick (at
- * most 4 ms at HZ=250), as xl_limit_for sees a deadline. */
+ * Bound: the memo changes no count. The run is the one the cache was
+ * granted after its clock read: the memo holds what was left of it, and a
+ * packet of the rule that the memo does not answer finds the cache's run
+ * over and reads the clock. So a run still drops at most XL_SKIP_DROPS
+ * packets after the read that started it, within that read's tick. What
+ * the memo skips is the rule's settings: a reload (the generation changes)
+ * voids it at once, and so does a packet of the rule that finds the cache
+ * filled under other settings (xl_cache_claim); otherwise a new limit
+ * from the control loop, or one past its deadline, is seen by the memo's
+ * packets at the next tick (at most 4 ms at HZ=250), as xl_limit_for sees
+ * a deadline. */
 #ifndef XLIMIT_FLOOD_H
 #define XLIMIT_FLOOD_H
 
@@ -35,7 +41,6 @@
 #include "clock.h"
 #include "maps.h"
 #include "parse.h"
-#include "stats.h"
 #include "types.h"
 
 /* The SYN-only features that make a SYN's drop more than the rate's. */
@@ -59,9 +64,8 @@ static __always_inline int xl_flood_repeatable(const struct xl_rule *r, __u32 sl
 }
 
 /* Records the drop of a packet that matched mask by the rule in slot,
- * whose cache c has drops left in its run. */
-static __always_inline void xl_flood_note(__u64 mask, __u32 slot, __u32 syn,
-					  const struct xl_cache *c)
+ * whose cache c has drops left in its run, and takes the run over. */
+static __always_inline void xl_flood_note(__u64 mask, __u32 slot, __u32 syn, struct xl_cache *c)
 {
 	__u32 zero = 0;
 	__u32 *gen = bpf_map_lookup_elem(&xl_gen, &zero);
@@ -71,30 +75,34 @@ static __always_inline void xl_flood_note(__u64 mask, __u32 slot, __u32 syn,
 	f->mask = mask;
 	f->tick = c->tick;
 	f->gen = *gen;
+	f->left = c->skip;
 	f->slot = slot;
 	f->syn = syn;
+	c->skip = 0;
 }
 
 /* Drops and counts the packet when this CPU's memo answers it: the same
- * generation (gen, xl_gen's raw value), rules (mask, not 0) and SYN flag,
- * in the memo's tick, with drops left in the rule's run. Returns 1 when
- * it did. A global function: the verifier checks it once. */
-__noinline int xl_flood_drop(__u64 mask, __u32 syn, __u32 gen, __u64 len)
+ * generation (xl_gen's raw value), rules (mask, not 0) and SYN flag, in the
+ * memo's tick, with drops left in its run. Returns 1 when it did.
+ *
+ * Inlined, with the caller's key 0 (zero) for its lookups: a call (its
+ * return goes through the kernel's return thunk) would cost more than the
+ * rest, and a value the caller had to keep for it, or a key of its own,
+ * would take a stack slot that 6.1's verifier does not allow xlimit_xdp
+ * (docs/dataplane.md, docs/kernels.md). */
+static __always_inline int xl_flood_drop(const __u32 *zero, __u64 mask, __u32 syn, __u64 len)
 {
-	__u32 zero = 0;
-	struct xl_flood *f = bpf_map_lookup_elem(&xl_flood, &zero);
-	if (!f || f->mask != mask || f->gen != gen || f->syn != syn)
+	struct xl_flood *f = bpf_map_lookup_elem(&xl_flood, zero);
+	__u32 *gen = bpf_map_lookup_elem(&xl_gen, zero);
+	if (!f || !gen || f->mask != mask || f->gen != *gen || f->syn != syn || !f->left ||
+	    f->tick != xl_tick())
 		return 0;
-	__u64 tick = xl_tick();
 	__u32 slot = f->slot;
-	if (f->tick != tick || slot >= XL_MAX_RULES)
+	if (slot >= XL_MAX_RULES)
 		return 0;
-	struct xl_cache *c = bpf_map_lookup_elem(&xl_caches, &slot);
-	if (!c || !c->skip || c->tick != tick)
-		return 0;
-	c->skip--;
-	xl_count(slot, XL_VERDICT_DROP, XL_REASON_RULE, len);
-	xl_count(XL_GLOBAL_SLOT, XL_VERDICT_DROP, XL_REASON_RULE, len);
+	f->left--;
+	f->counts[slot].packets++;
+	f->counts[slot].bytes += len;
 	return 1;
 }
 

@@ -126,14 +126,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_caches SEC(".maps");
 
-/* State. Key 0: this CPU's memo of its last drop in a run (flood.h).
- * Per-CPU array, not pinned: a memo lives for one tick, and a program
- * loaded anew starts without one. */
+/* State. Key 0: this CPU's memo of its last drop in a run, and the drops
+ * the memo counted (flood.h). Per-CPU array, pinned: the counts are part
+ * of every slot's counters and must outlive a program loaded anew (a memo
+ * itself lives for one tick and names its generation). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct xl_flood);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_flood SEC(".maps");
 
 /* State. Key: slot + source prefix. Value: the source's bucket, ban and

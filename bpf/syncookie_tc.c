@@ -64,7 +64,7 @@ __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now,
 	xl_state_claim(st, r, now);
 	const struct xl_limit *lim = xl_limit_for(r, slot, c, now);
 	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
-	xl_cache_claim(c, r, b);
+	xl_cache_claim(c, r, b, slot);
 	__u64 inc = xl_bucket_inc(b, 1);
 	__u32 reason = xl_gate_refusal(r, slot, pkt, lim, st);
 	if (!reason && xl_cache_empty(c, inc, xl_runs(r), now))

@@ -264,17 +264,29 @@ struct xl_cache {
 	__u32 skip; /* drops left without a clock read (at most XL_SKIP_DROPS) */
 };
 
+/* A count of the flood memo's drops for one slot. */
+struct xl_flood_count {
+	__u64 packets;
+	__u64 bytes;
+};
+
 /* This CPU's memo of the last packet a rule dropped in a run of drops
- * without clock reads (flood.h). A packet of the same generation that
- * matches the same rules, in the same tick, is the same rule's drop while
- * that rule's cache has drops left in the run. */
+ * without clock reads (flood.h), and the count of what it dropped. A
+ * packet of the same generation that matches the same rules, in the same
+ * tick, is the same rule's drop while the run the memo took over from the
+ * rule's cache has drops left. */
 struct xl_flood {
 	__u64 mask; /* the rules the packet matched; 0: no memo */
-	__u64 tick; /* the tick the memo was made in */
+	__u64 tick; /* the tick of the run's clock read */
 	__u32 gen;  /* xl_gen's raw value, which every reload changes */
+	__u32 left; /* drops left in the run (at most XL_SKIP_DROPS) */
 	__u8 slot;  /* the rule that dropped it: mask's lowest bit */
 	__u8 syn;   /* the packet was a TCP SYN without ACK */
-	__u16 _pad;
+	__u8 _pad[6];
+	/* The memo's drops by slot, for the rate (XL_REASON_RULE). Never
+	 * reset: readers add them to the slot's and the global slot's
+	 * counters (maps.Tables.Counters), so each stays monotonic. */
+	struct xl_flood_count counts[XL_MAX_RULES];
 };
 
 /* Key of a source's bucket: the rule's slot and the source address masked

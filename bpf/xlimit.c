@@ -87,7 +87,7 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	const struct xl_limit *lim = xl_limit_for(r, slot, c, now);
 	if (lim)
 		b = &lim->bucket;
-	xl_cache_claim(c, r, b);
+	xl_cache_claim(c, r, b, slot);
 	inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
 	if (xl_cookie_first(r, slot, pkt, b, inc, now)) {
 		reason = XL_REASON_COOKIE;
@@ -219,7 +219,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 
 	__u64 mask = xl_match(&pkt, gen, g, src);
 	/* A flood's packet that this CPU's memo answers (flood.h). */
-	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(mask, pkt.syn, *active, len))
+	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(&zero, mask, pkt.syn, len))
 		return XDP_DROP;
 	/* Later fragments take their datagram's port rules (frag.h). */
 	struct xl_frag *frag = NULL;

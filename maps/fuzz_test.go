@@ -61,9 +61,9 @@ func FuzzXDP(f *testing.F) {
 			frame = frame[:testRunMaxLinear]
 		}
 		for range 1 + int(repeat%4) {
-			before, modelBefore := h.batchCounters(t), h.model.Counters
+			before, modelBefore := h.counters(t), h.model.Counters
 			_, res := h.run(t, frame, now)
-			got := deltas(h.batchCounters(t), before)
+			got := deltas(h.counters(t), before)
 			want := deltas(h.model.Counters, modelBefore)
 			if d := diffCounters(got, want, h.plan); d != "" {
 				t.Fatalf("frame %x (model %v/%v): kernel counters differ from the model's:%s", frame, res.Verdict, res.Reason, d)

@@ -3,7 +3,6 @@
 package maps
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -213,33 +212,6 @@ func (h *harness) counters(tb testing.TB) [dataplane.CounterSlots]dataplane.Coun
 		tb.Fatal(err)
 	}
 	return c
-}
-
-// batchCounters reads every slot's counters from the kernel in one
-// batch-lookup syscall (AllCounters takes one per slot), for tests that
-// compare all slots after every packet.
-func (h *harness) batchCounters(tb testing.TB) allCounters {
-	tb.Helper()
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	keys := make([]uint32, dataplane.CounterSlots)
-	vals := make([]xdpXlCounters, dataplane.CounterSlots*ncpu)
-	var cursor ebpf.MapBatchCursor
-	n, err := h.tab.stats.BatchLookup(&cursor, keys, vals, nil)
-	if n != len(keys) || (err != nil && !errors.Is(err, ebpf.ErrKeyNotExist)) {
-		tb.Fatalf("batch lookup of the counters: %d of %d (%v)", n, len(keys), err)
-	}
-	var all allCounters
-	for i, k := range keys {
-		for _, v := range vals[i*ncpu : (i+1)*ncpu] {
-			c := dataplane.Counters{Packets: v.Packets, Bytes: v.Bytes, Resets: v.Resets}
-			copy(c.Reasons[:], v.Reasons[:])
-			all[k].Add(&c)
-		}
-	}
-	return all
 }
 
 // slotCounters reads one slot's counters from the kernel.

@@ -132,7 +132,7 @@ func PinnedNames() []string {
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
-		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget,
+		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists,
 	}
@@ -147,9 +147,13 @@ type Tables struct {
 	// generation is written with one (GlobalPrefilter), and the program
 	// looks every source up.
 	prefilter *ebpf.Map
-	cookie    *cookieMaps // cookie.go
-	resp      *respMaps   // resptime.go
-	owned     bool
+	// flood holds the flood memo's drops (bpf/flood.h), which Counters adds
+	// in; nil in pins of an xlimit from before it, which counted every drop
+	// in stats.
+	flood  *ebpf.Map
+	cookie *cookieMaps // cookie.go
+	resp   *respMaps   // resptime.go
+	owned  bool
 }
 
 // Tables returns access to the maps of loaded objects.
@@ -159,7 +163,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
-		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, cookie: o.cookieMaps(), resp: o.respMaps(),
+		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, cookie: o.cookieMaps(), resp: o.respMaps(),
 	}
 }
 
@@ -192,6 +196,12 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlPrefilter, err)
 	}
 	t.prefilter = pf
+	fl, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlFlood), opts)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Close()
+		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlFlood, err)
+	}
+	t.flood = fl
 	c, err := openCookieMaps(dir, opts)
 	if err != nil {
 		t.Close()
@@ -212,7 +222,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -591,32 +601,103 @@ func (t *Tables) BucketTAT(slot int) (tat uint64, epoch uint32, err error) {
 	return v.Tat, v.Epoch, nil
 }
 
-// Counters returns a slot's counters summed over CPUs.
+// Counters returns a slot's counters summed over CPUs, with the drops the
+// flood memo counted on its own (bpf/flood.h): a rule slot's own, and all
+// of them in the global slot.
 func (t *Tables) Counters(slot int) (dataplane.Counters, error) {
+	c, err := t.statsCounters(slot)
+	if err != nil {
+		return c, err
+	}
+	fl, err := t.floodCounts()
+	if err != nil {
+		return dataplane.Counters{}, err
+	}
+	fl[slot].addTo(&c)
+	return c, nil
+}
+
+// AllCounters returns every slot's counters as Counters does, from one
+// batch lookup of xl_stats.
+func (t *Tables) AllCounters() ([dataplane.CounterSlots]dataplane.Counters, error) {
+	var all [dataplane.CounterSlots]dataplane.Counters
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return all, fmt.Errorf("count CPUs: %w", err)
+	}
+	keys := make([]uint32, dataplane.CounterSlots)
+	vals := make([]xdpXlCounters, dataplane.CounterSlots*ncpu)
+	var cursor ebpf.MapBatchCursor
+	n, err := t.stats.BatchLookup(&cursor, keys, vals, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return all, fmt.Errorf("read counters: %w", err)
+	}
+	if n != len(keys) {
+		return all, fmt.Errorf("read counters: %d of %d slots", n, len(keys))
+	}
+	fl, err := t.floodCounts()
+	if err != nil {
+		return all, err
+	}
+	for i, k := range keys {
+		all[k] = sumCounters(vals[i*ncpu : (i+1)*ncpu])
+	}
+	for i := range all {
+		fl[i].addTo(&all[i])
+	}
+	return all, nil
+}
+
+// statsCounters returns a slot's counters in xl_stats, summed over CPUs.
+func (t *Tables) statsCounters(slot int) (dataplane.Counters, error) {
 	var per []xdpXlCounters
 	if err := t.stats.Lookup(uint32(slot), &per); err != nil {
 		return dataplane.Counters{}, fmt.Errorf("read counters %d: %w", slot, err)
 	}
+	return sumCounters(per), nil
+}
+
+// sumCounters sums one slot's per-CPU counters.
+func sumCounters(per []xdpXlCounters) dataplane.Counters {
 	var sum dataplane.Counters
 	for i := range per {
 		c := dataplane.Counters{Packets: per[i].Packets, Bytes: per[i].Bytes, Resets: per[i].Resets}
 		copy(c.Reasons[:], per[i].Reasons[:]) // TestEnumsMatchBTF checks the lengths agree
 		sum.Add(&c)
 	}
-	return sum, nil
+	return sum
 }
 
-// AllCounters returns every slot's counters summed over CPUs.
-func (t *Tables) AllCounters() ([dataplane.CounterSlots]dataplane.Counters, error) {
-	var all [dataplane.CounterSlots]dataplane.Counters
-	for i := range all {
-		c, err := t.Counters(i)
-		if err != nil {
-			return all, err
-		}
-		all[i] = c
+// floodCount is what the flood memo dropped for the rate.
+type floodCount struct{ packets, bytes uint64 }
+
+func (f floodCount) addTo(c *dataplane.Counters) {
+	c.Packets[dataplane.VerdictDrop] += f.packets
+	c.Bytes[dataplane.VerdictDrop] += f.bytes
+	c.Reasons[dataplane.ReasonRule] += f.packets
+}
+
+// floodCounts returns the drops the flood memo counted by slot, summed
+// over CPUs, and their total in the global slot. Each CPU's counts only
+// grow, so adding them to xl_stats' keeps every counter monotonic.
+func (t *Tables) floodCounts() ([dataplane.CounterSlots]floodCount, error) {
+	var out [dataplane.CounterSlots]floodCount
+	if t.flood == nil {
+		return out, nil
 	}
-	return all, nil
+	var per []xdpXlFlood
+	if err := t.flood.Lookup(uint32(0), &per); err != nil {
+		return out, fmt.Errorf("read flood memo counts: %w", err)
+	}
+	for i := range per {
+		for s, c := range per[i].Counts {
+			out[s].packets += c.Packets
+			out[s].bytes += c.Bytes
+			out[dataplane.GlobalSlot].packets += c.Packets
+			out[dataplane.GlobalSlot].bytes += c.Bytes
+		}
+	}
+	return out, nil
 }
 
 // Source is one entry of the per-source table.

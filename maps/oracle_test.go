@@ -602,7 +602,7 @@ func oracleTrace(t *testing.T, h *harness, rng *rand.Rand, file, n int) (drops i
 		}
 	}
 	specText := fmt.Sprintf("allow %v deny %v malformed pass %v\n%s", spec.Allow, spec.Deny, spec.MalformedPass, strings.Join(desc, "\n"))
-	before := h.batchCounters(t)
+	before := h.counters(t)
 	for i := range n {
 		switch x := rng.Float64(); {
 		case x < 0.3:
@@ -673,7 +673,7 @@ func oracleTrace(t *testing.T, h *harness, rng *rand.Rand, file, n int) (drops i
 		}
 		fs, f := oracleFrame(rng)
 		pass := h.kernelRun(t, f, now, 1)
-		after := h.batchCounters(t)
+		after := h.counters(t)
 		if diff := o.check(orPacketOf(fs, len(f)), now, pass, deltas(after, before), h.plan); diff != "" {
 			t.Fatalf("packet %d at %d ns (%.6f s into the trace): %+v\nkernel and oracle disagree:%s\nrules:\n%s",
 				i, now, o.secs(now), fs, diff, specText)

@@ -133,7 +133,7 @@ func pfProbe(tb testing.TB, h *harness, src netip.Addr, port uint16, now uint64)
 	f := build(udpTo(src, port))
 	pass := h.kernelRun(tb, f, now, 1)
 	res := h.model.Eval(f, now)
-	if diff := diffCounters(h.batchCounters(tb), h.model.Counters, h.plan); pass != res.Pass() || diff != "" {
+	if diff := diffCounters(h.counters(tb), h.model.Counters, h.plan); pass != res.Pass() || diff != "" {
 		return fmt.Sprintf("%s to port %d: kernel pass=%v, model (the trie) %v/%v; counters:%s", src, port, pass, res.Verdict, res.Reason, diff)
 	}
 	return ""

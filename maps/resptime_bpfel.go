@@ -50,13 +50,19 @@ type resptimeXlCounters struct {
 }
 
 type resptimeXlFlood struct {
-	_    structs.HostLayout
-	Mask uint64
-	Tick uint64
-	Gen  uint32
-	Slot uint8
-	Syn  uint8
-	Pad  uint16
+	_      structs.HostLayout
+	Mask   uint64
+	Tick   uint64
+	Gen    uint32
+	Left   uint32
+	Slot   uint8
+	Syn    uint8
+	Pad    [6]uint8
+	Counts [64]struct {
+		_       structs.HostLayout
+		Packets uint64
+		Bytes   uint64
+	}
 }
 
 type resptimeXlFlow struct {

@@ -417,7 +417,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
 		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 32},
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
-		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 24},
+		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 32 + 16*dataplane.MaxRules},
 		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
 		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax) + int(dataplane.ResetMax))},
 	} {

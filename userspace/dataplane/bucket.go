@@ -150,11 +150,15 @@ func (c *Cache) Time(nowNS uint64) uint64 {
 
 // Claim is the Go model of bucket.h's xl_cache_claim: a cache filled for
 // another rule or under other settings is emptied; its last read stays.
-func (c *Cache) Claim(b Bucket, epoch uint32) {
+// It returns whether it emptied the cache (then the kernel also ends the
+// run a flood memo took over from it).
+func (c *Cache) Claim(b Bucket, epoch uint32) bool {
 	if c.Epoch != epoch || c.Mult != b.Mult || c.Tol != b.Tol {
 		c.Credit, c.RetryNS, c.Skip = 0, 0, 0
 		c.Mult, c.Tol, c.Epoch = b.Mult, b.Tol, epoch
+		return true
 	}
+	return false
 }
 
 // Empty is the Go model of bucket.h's xl_cache_empty: whether the cache

@@ -35,12 +35,14 @@ type Model struct {
 }
 
 // floodMemo is the Go model of struct xl_flood: the last drop in a run,
-// for the packets that match the same rules in the same plan and tick.
+// for the packets that match the same rules in the same plan and tick,
+// and what is left of the run, which it took over from the rule's cache.
 type floodMemo struct {
 	plan    *Plan
 	reloads uint64
 	mask    uint64
 	tick    uint64
+	left    uint32
 	slot    int
 	syn     bool
 }
@@ -56,14 +58,10 @@ func (m *Model) Reload() { m.reloads++ }
 func (m *Model) floodDrop(mask uint64, syn bool, nowNS uint64, length int) bool {
 	f := &m.flood
 	tick := FakeTick(nowNS)
-	if f.mask != mask || f.plan != m.Plan || f.reloads != m.reloads || f.syn != syn || f.tick != tick {
+	if f.mask != mask || f.plan != m.Plan || f.reloads != m.reloads || f.syn != syn || f.left == 0 || f.tick != tick {
 		return false
 	}
-	c := &m.caches[f.slot]
-	if c.Skip == 0 || c.Tick != tick {
-		return false
-	}
-	c.Skip--
+	f.left--
 	m.Counters[f.slot].count(VerdictDrop, ReasonRule, uint64(length))
 	return true
 }
@@ -83,7 +81,8 @@ func (m *Model) floodNote(r *Rule, slot int, pkt *Packet, mask uint64, lim *Limi
 		(fresh && (lim.Gate.Drop != 0 || lim.ConcCap != 0))) {
 		return
 	}
-	m.flood = floodMemo{plan: m.Plan, reloads: m.reloads, mask: mask, tick: c.Tick, slot: slot, syn: pkt.SYN}
+	m.flood = floodMemo{plan: m.Plan, reloads: m.reloads, mask: mask, tick: c.Tick, left: c.Skip, slot: slot, syn: pkt.SYN}
+	c.Skip = 0
 }
 
 // Conns is a slot's count of connections in flight (struct xl_conns).
@@ -396,7 +395,9 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 	if fresh {
 		b = lim.Bucket
 	}
-	c.Claim(b, r.Epoch)
+	if c.Claim(b, r.Epoch) && m.flood.slot == slot {
+		m.flood.left = 0
+	}
 	cost := uint64(1)
 	if r.Flags&RuleBytes != 0 {
 		cost = uint64(pkt.Len)
