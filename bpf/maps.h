@@ -138,6 +138,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_flood SEC(".maps");
 
+/* State. Key: slot. Value: this CPU's credit for the last source it
+ * admitted for the slot's rule (source.h). Per-CPU array: a hot source
+ * spends it without touching its shared bucket. Pinned as xl_caches is:
+ * the credit is charged to the bucket already. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_src_credit);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_src_credits SEC(".maps");
+
 /* State. Key: slot + source prefix. Value: the source's bucket, ban and
  * drop count. LRU hash: a spoofed flood evicts the least recent sources
  * instead of failing inserts; the rule-wide bucket holds regardless. The

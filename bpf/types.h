@@ -299,6 +299,18 @@ struct xl_source_key {
 	__u8 addr[16];
 };
 
+/* A CPU's credit for the source it last admitted for a rule (state,
+ * per-CPU, per slot): time units charged to that source's bucket and not
+ * yet spent, as xl_cache is to a rule's bucket (source.h). */
+struct xl_src_credit {
+	struct xl_source_key key; /* the source; credit 0: none held */
+	__u64 credit;
+	__u64 mult; /* the source bucket settings it was charged under */
+	__u64 tol;
+	__u32 epoch; /* the rule's */
+	__u32 _pad;
+};
+
 /* A source's bucket (state). */
 struct xl_source {
 	__u64 tat;	       /* as xl_bucket_state.tat */

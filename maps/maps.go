@@ -132,7 +132,7 @@ func PinnedNames() []string {
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
-		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood,
+		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists,
 	}

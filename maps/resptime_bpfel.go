@@ -226,6 +226,16 @@ type resptimeXlSourceKey struct {
 	Addr      [16]uint8
 }
 
+type resptimeXlSrcCredit struct {
+	_      structs.HostLayout
+	Key    resptimeXlSourceKey
+	Credit uint64
+	Mult   uint64
+	Tol    uint64
+	Epoch  uint32
+	Pad    uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -251,6 +261,7 @@ const (
 	resptimeMapXlServed          = "xl_served"
 	resptimeMapXlSkConns         = "xl_sk_conns"
 	resptimeMapXlSources         = "xl_sources"
+	resptimeMapXlSrcCredits      = "xl_src_credits"
 	resptimeMapXlStats           = "xl_stats"
 	resptimeProgXlimitTcResptime = "xlimit_tc_resptime"
 	resptimeVarXlCfgFakeClock    = "xl_cfg_fake_clock"
@@ -326,6 +337,7 @@ type resptimeMapSpecs struct {
 	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -377,6 +389,7 @@ type resptimeMaps struct {
 	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -403,6 +416,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlServed,
 		m.XlSkConns,
 		m.XlSources,
+		m.XlSrcCredits,
 		m.XlStats,
 	)
 }

@@ -810,3 +810,105 @@ func TestSourceEpochReset(t *testing.T) {
 	psCompareTable(t, h)
 	psCompareCounters(t, h)
 }
+
+// TestSourceCredit checks the CPU's credit in front of a source's bucket
+// (bpf/source.h, xl_src_credits) against what it promises: a source that
+// comes again to the same CPU spends a batch without touching its shared
+// entry, a mix of sources on one CPU loses nothing (what one source held
+// goes back to its bucket when another takes the credit over), a source
+// is held to its rate over time within one batch, and a rule with a ban
+// keeps no credit. Every packet also runs through the Go model, which
+// must agree, and the kernel's table must equal the model's.
+func TestSourceCredit(t *testing.T) {
+	// 1e6/s, burst 1000 (1 ms): a batch is 50 µs, 50 packets.
+	const rate, burst, batch = 1e6, 1000, 50
+	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8:1::10")
+	fa, fb := build(udpTo(a, 53)), build(udpTo(b, 53))
+	setup := func(t *testing.T, ban bool) (*harness, int) {
+		ps := dataplane.PerSourceSpec{Rate: rate, Burst: burst, PrefixV4: 32, PrefixV6: 128}
+		if ban {
+			ps.BanAfter, ps.BanDuration = time.Second, time.Second
+		}
+		h := newPSHarness(t, 0)
+		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e9, 1e9, ps)}}, nil))
+		return h, h.slot(t, "r")
+	}
+	tat := func(t *testing.T, h *harness, slot int, src netip.Addr) uint64 {
+		t.Helper()
+		s, ok := psFind(psSources(t, h, slot), slot, netip.PrefixFrom(src, src.BitLen()))
+		if !ok {
+			t.Fatalf("no entry for %s", src)
+		}
+		return s.TAT
+	}
+	inc := func(h *harness, slot int) uint64 { return h.plan.Rules[slot].Source.Inc(1) }
+
+	t.Run("a hot source spends a batch", func(t *testing.T) {
+		h, slot := setup(t, false)
+		now := psT0
+		for range 10 {
+			if pass, _ := h.run(t, fa, now); !pass {
+				t.Fatal("dropped within the burst")
+			}
+		}
+		// The first packet took itself, the second a batch: eight more
+		// spent it without moving the TAT.
+		if got, want := tat(t, h, slot, a)-now<<dataplane.TimeShift, (1+batch)*inc(h, slot); got != want {
+			t.Errorf("TAT %d units ahead after 10 packets, want %d (a packet and a batch)", got, want)
+		}
+		psCompareTable(t, h)
+	})
+
+	t.Run("a mix of sources loses nothing", func(t *testing.T) {
+		h, _ := setup(t, false)
+		admitted := map[netip.Addr]int{}
+		// Three of each in turn, at one instant: each source gets exactly
+		// its burst, whatever the other took over in between.
+		for range 2 * burst {
+			for _, f := range []struct {
+				src   netip.Addr
+				frame []byte
+			}{{a, fa}, {a, fa}, {a, fa}, {b, fb}, {b, fb}, {b, fb}} {
+				if pass, _ := h.run(t, f.frame, psT0); pass {
+					admitted[f.src]++
+				}
+			}
+		}
+		for _, src := range []netip.Addr{a, b} {
+			if admitted[src] != burst {
+				t.Errorf("%s admitted %d, want its burst %d", src, admitted[src], burst)
+			}
+		}
+		psCompareTable(t, h)
+		psCompareCounters(t, h)
+	})
+
+	t.Run("held to its rate", func(t *testing.T) {
+		h, _ := setup(t, false)
+		// Twice the rate for 10 ms: rate·T + burst, within one batch.
+		const step, n = 500, 20000
+		admitted := 0
+		for i := range n {
+			if pass, _ := h.run(t, fa, psT0+uint64(i)*step); pass {
+				admitted++
+			}
+		}
+		want := rate*float64(n*step)/1e9 + burst
+		if float64(admitted) < want-1 || float64(admitted) > want+batch {
+			t.Errorf("admitted %d, want rate·T + burst = %.0f, within one batch above", admitted, want)
+		}
+		psCompareTable(t, h)
+		psCompareCounters(t, h)
+	})
+
+	t.Run("none under a ban", func(t *testing.T) {
+		h, slot := setup(t, true)
+		for range 10 {
+			h.run(t, fa, psT0)
+		}
+		if got, want := tat(t, h, slot, a)-psT0<<dataplane.TimeShift, 10*inc(h, slot); got != want {
+			t.Errorf("TAT %d units ahead after 10 packets, want %d (each packet charged on its own)", got, want)
+		}
+		psCompareTable(t, h)
+	})
+}

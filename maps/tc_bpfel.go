@@ -260,6 +260,16 @@ type tcXlSourceKey struct {
 	Addr      [16]uint8
 }
 
+type tcXlSrcCredit struct {
+	_      structs.HostLayout
+	Key    tcXlSourceKey
+	Credit uint64
+	Mult   uint64
+	Tol    uint64
+	Epoch  uint32
+	Pad    uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -288,6 +298,7 @@ const (
 	tcMapXlServed        = "xl_served"
 	tcMapXlSkConns       = "xl_sk_conns"
 	tcMapXlSources       = "xl_sources"
+	tcMapXlSrcCredits    = "xl_src_credits"
 	tcMapXlStats         = "xl_stats"
 	tcProgXlimitTcCookie = "xlimit_tc_cookie"
 	tcVarXlCfgFakeClock  = "xl_cfg_fake_clock"
@@ -366,6 +377,7 @@ type tcMapSpecs struct {
 	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -420,6 +432,7 @@ type tcMaps struct {
 	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -449,6 +462,7 @@ func (m *tcMaps) Close() error {
 		m.XlServed,
 		m.XlSkConns,
 		m.XlSources,
+		m.XlSrcCredits,
 		m.XlStats,
 	)
 }

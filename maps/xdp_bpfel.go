@@ -331,6 +331,16 @@ type xdpXlSourceKey struct {
 	Addr      [16]uint8
 }
 
+type xdpXlSrcCredit struct {
+	_      structs.HostLayout
+	Key    xdpXlSourceKey
+	Credit uint64
+	Mult   uint64
+	Tol    uint64
+	Epoch  uint32
+	Pad    uint32
+}
+
 type xdpXlVerdict uint32
 
 const (
@@ -368,6 +378,7 @@ const (
 	xdpMapXlServed          = "xl_served"
 	xdpMapXlSkConns         = "xl_sk_conns"
 	xdpMapXlSources         = "xl_sources"
+	xdpMapXlSrcCredits      = "xl_src_credits"
 	xdpMapXlStats           = "xl_stats"
 	xdpProgXlimitSockops    = "xlimit_sockops"
 	xdpProgXlimitXdp        = "xlimit_xdp"
@@ -460,6 +471,7 @@ type xdpMapSpecs struct {
 	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -526,6 +538,7 @@ type xdpMaps struct {
 	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -555,6 +568,7 @@ func (m *xdpMaps) Close() error {
 		m.XlServed,
 		m.XlSkConns,
 		m.XlSources,
+		m.XlSrcCredits,
 		m.XlStats,
 	)
 }

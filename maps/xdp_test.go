@@ -418,6 +418,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 32},
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
 		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 32 + 16*dataplane.MaxRules},
+		{"sizeof xl_src_credit", binary.Size(xdpXlSrcCredit{}), binary.Size(xdpXlSourceKey{}) + 3*8 + 8},
 		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
 		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax) + int(dataplane.ResetMax))},
 	} {
@@ -453,6 +454,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlRespFlows, dataplane.RespFlows, binary.Size(xdpXlFlow{}), 0},
 		{xdpMapXlRespHists, dataplane.MaxRules, binary.Size(xdpXlRespHist{}), 0},
 		{xdpMapXlFlood, 1, binary.Size(xdpXlFlood{}), 0},
+		{xdpMapXlSrcCredits, dataplane.MaxRules, binary.Size(xdpXlSrcCredit{}), 0},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {

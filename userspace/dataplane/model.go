@@ -7,13 +7,16 @@ package dataplane
 // The model is one CPU: the kernel's per-CPU token caches agree with it
 // when the kernel runs every packet on one CPU (tests pin their thread).
 type Model struct {
-	Plan     *Plan
-	Limits   [MaxRules]Limit
-	buckets  [MaxRules]bucketState
-	caches   [MaxRules]Cache
-	sources  map[SourceKey]*SourceState
-	frags    map[FragKey]*fragState
-	resetTAT uint64 // the reset bucket of all rules (xl_reset_budget)
+	Plan    *Plan
+	Limits  [MaxRules]Limit
+	buckets [MaxRules]bucketState
+	caches  [MaxRules]Cache
+	sources map[SourceKey]*SourceState
+	// srcCredits is the CPU's credit for the source it last admitted for
+	// each rule (struct xl_src_credit).
+	srcCredits [MaxRules]srcCredit
+	frags      map[FragKey]*fragState
+	resetTAT   uint64 // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
 	cookieBudgetTAT uint64
@@ -83,6 +86,17 @@ func (m *Model) floodNote(r *Rule, slot int, pkt *Packet, mask uint64, lim *Limi
 	}
 	m.flood = floodMemo{plan: m.Plan, reloads: m.reloads, mask: mask, tick: c.Tick, left: c.Skip, slot: slot, syn: pkt.SYN}
 	c.Skip = 0
+}
+
+// srcCreditReturn is the Go model of source.h's xl_src_credit_return:
+// the credit goes back to its source's bucket, when that is still the
+// rule's.
+func (m *Model) srcCreditReturn(cr *srcCredit) {
+	credit := cr.credit
+	cr.credit = 0
+	if s, ok := m.sources[cr.key]; ok && credit != 0 && s.Epoch == cr.epoch {
+		s.TAT -= credit
+	}
 }
 
 // Conns is a slot's count of connections in flight (struct xl_conns).
@@ -506,14 +520,33 @@ func (m *Model) capAdmit(r *Rule, slot int, cap uint32) bool {
 	return c.Epoch != r.Epoch || c.Count < int64(cap)
 }
 
+// srcCredit is the Go model of struct xl_src_credit.
+type srcCredit struct {
+	key       SourceKey
+	credit    uint64
+	mult, tol uint64
+	epoch     uint32
+}
+
 // sourceAdmit is the Go model of source.h's xl_source_admit (with a table
-// that never evicts).
+// that never evicts), its credit included.
 func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	if m.sources == nil {
 		m.sources = make(map[SourceKey]*SourceState)
 	}
-	now := nowNS << TimeShift
+	b := r.Source
+	inc := b.Inc(1)
 	k := NewSourceKey(r, slot, pkt)
+	var cr *srcCredit
+	if r.Flags&RuleBan == 0 {
+		cr = &m.srcCredits[slot]
+	}
+	same := cr != nil && cr.epoch == r.Epoch && cr.mult == b.Mult && cr.tol == b.Tol && cr.key == k
+	if same && cr.credit >= inc {
+		cr.credit -= inc
+		return true
+	}
+	now := nowNS << TimeShift
 	s, ok := m.sources[k]
 	if !ok {
 		s = &SourceState{TAT: now, Epoch: r.Epoch}
@@ -525,7 +558,21 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	if int64(s.TAT-now) <= 0 {
 		s.OverSinceNS = 0
 	}
-	ok = r.Source.GCRA(&s.TAT, nowNS, 1)
+	if same {
+		batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
+		need := inc - cr.credit
+		took, _ := b.Take(&s.TAT, nowNS, need, max(need, batch))
+		ok = took != 0
+		if ok {
+			cr.credit = cr.credit + took - inc
+		}
+	} else {
+		if cr != nil {
+			m.srcCreditReturn(cr)
+			*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
+		}
+		ok = b.GCRA(&s.TAT, nowNS, 1)
+	}
 	if r.Flags&RuleBan != 0 {
 		switch {
 		case s.BannedUntilNS != 0 && nowNS < s.BannedUntilNS:
