@@ -179,16 +179,7 @@ func TestFloodCountsOutliveTheProgram(t *testing.T) {
 	requireRoot(t)
 	pinToOneCPU(t)
 	pins := privatePinDir(t)
-	load := func() *harness {
-		o, err := Load(Options{FakeClock: true, PinDir: pins})
-		if err != nil {
-			t.Fatalf("load: %v", err)
-		}
-		t.Cleanup(func() { o.Close() })
-		h := &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
-		h.setHost(t, defaultHost())
-		return h
-	}
+	load := func() *harness { return loadHarness(t, pins) }
 	const tick = uint64(1) << dataplane.FakeTickShift
 	t0 := 1000 * second / tick * tick
 	h := load()

@@ -42,7 +42,14 @@ func newHarness(tb testing.TB) *harness {
 	tb.Helper()
 	requireRoot(tb)
 	pinToOneCPU(tb)
-	o, err := Load(Options{FakeClock: true})
+	return loadHarness(tb, "")
+}
+
+// loadHarness is newHarness's load, over the pins in pinDir ("": none),
+// for a test that has already pinned its thread.
+func loadHarness(tb testing.TB, pinDir string) *harness {
+	tb.Helper()
+	o, err := Load(Options{FakeClock: true, PinDir: pinDir})
 	if err != nil {
 		tb.Fatalf("load: %v", err)
 	}
