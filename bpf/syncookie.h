@@ -144,6 +144,78 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_cookie_stats SEC(".maps");
 
+/* State. Key: slot. Value: the SYNs of the rule's cookie path that the
+ * host already had a socket for, other than a listener (a TIME_WAIT
+ * socket, an open connection, a request in the kernel's SYN queue), left
+ * to it (XDP_PASS) instead of answered. Per-CPU, readers sum over CPUs. A
+ * map of its own rather than a field of xl_cookie_counters: pins of
+ * earlier releases keep the layout they have. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_to_socket SEC(".maps");
+
+/* include/net/tcp_states.h */
+#define XL_TCP_LISTEN 10
+
+/* The TCP socket, a listener or anything else, that a segment from ip's
+ * source to its destination belongs to: a referenced socket for
+ * bpf_sk_release, or NULL. ip is a plain IP header of family in ctx's
+ * packet (XDP or TC), followed by tcp; end is the packet's end. */
+static __always_inline struct bpf_sock *
+xl_cookie_socket(void *ctx, void *ip, const struct xl_tcphdr *tcp, void *end, __u32 family)
+{
+	struct bpf_sock_tuple t = {};
+	__u32 tlen;
+	if ((void *)(tcp + 1) > end)
+		return NULL;
+	if (family == 4) {
+		struct xl_iphdr *ip4 = ip;
+		if ((void *)(ip4 + 1) > end)
+			return NULL;
+		t.ipv4.saddr = ip4->saddr;
+		t.ipv4.daddr = ip4->daddr;
+		t.ipv4.sport = tcp->source;
+		t.ipv4.dport = tcp->dest;
+		tlen = sizeof(t.ipv4);
+	} else {
+		struct xl_ipv6hdr *ip6 = ip;
+		if ((void *)(ip6 + 1) > end)
+			return NULL;
+		__builtin_memcpy(t.ipv6.saddr, ip6->saddr, 16);
+		__builtin_memcpy(t.ipv6.daddr, ip6->daddr, 16);
+		t.ipv6.sport = tcp->source;
+		t.ipv6.dport = tcp->dest;
+		tlen = sizeof(t.ipv6);
+	}
+	return bpf_skc_lookup_tcp(ctx, &t, tlen, BPF_F_CURRENT_NETNS, 0);
+}
+
+/* Whether the host has a socket other than a listener for the SYN at l3
+ * in ctx, a plain IP header of pkt's family: then the SYN is its
+ * business, not the cookie path's. A SYN to a TIME_WAIT socket starts the
+ * next connection of its 4-tuple (the kernel recycles the socket); a
+ * cookie would instead answer with a SYN-ACK whose ACK meets the TIME_WAIT
+ * socket at TC and never reaches the listener. */
+static __always_inline int xl_cookie_has_socket(struct xdp_md *ctx, __u32 l3, __u32 family)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	if (l3 > XL_COOKIE_L3_MAX)
+		return 0;
+	void *ip = data + l3;
+	void *tcp = ip + (family == 4 ? sizeof(struct xl_iphdr) : sizeof(struct xl_ipv6hdr));
+	struct bpf_sock *sk = xl_cookie_socket(ctx, ip, tcp, end, family);
+	if (!sk)
+		return 0;
+	int other = sk->state != XL_TCP_LISTEN;
+	bpf_sk_release(sk);
+	return other;
+}
+
 /* MSS values a cookie can carry (the kernel's msstab, syncookies.c). */
 static __always_inline __u16 xl_cookie_mss(__u32 family, __u32 idx)
 {
@@ -539,8 +611,10 @@ static __always_inline int xl_cookie_local(struct xdp_md *ctx, const struct xl_p
 
 /* Answers the SYN in ctx, which the rule of key (generation * 64 + slot)
  * sent to the cookie path, with its SYN-ACK: to a host address, within the
- * host's budget, for a plain IP header. Counts the outcome. Returns XDP_TX
- * or XDP_DROP. A global function: verified once, not once per slot. */
+ * host's budget, for a plain IP header, unless the host has a socket
+ * other than a listener for it (xl_cookie_has_socket). Counts the outcome.
+ * Returns XDP_TX, XDP_DROP, or XDP_PASS for such a socket. A global function: verified once, not
+ * once per slot. */
 __noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key)
 {
 	__u32 gen = key / XL_MAX_RULES;
@@ -564,6 +638,12 @@ __noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u
 	if (!xl_cookie_local(ctx, pkt)) {
 		cnt->not_local++;
 		return XDP_DROP;
+	}
+	if (xl_cookie_has_socket(ctx, l3, pkt->family)) {
+		__u64 *n = bpf_map_lookup_elem(&xl_cookie_to_socket, &slot);
+		if (n)
+			(*n)++;
+		return XDP_PASS;
 	}
 	__u64 now = XL_NOW();
 	if (!cfg->budget.tol || !xl_gcra(&bs->syn_tat, &cfg->budget, now << XL_TIME_SHIFT, 1)) {

@@ -31,11 +31,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * classic tc filters behind them (xlimit's kernel queues redirect from
  * there); PASS ends the chain. Only an ACK handed to its listener passes;
  * everything else goes on as if this program were not there. */
-#define XL_TCX_NEXT -1
-#define TC_ACT_OK   0
-#define TC_ACT_SHOT 2
-/* include/net/tcp_states.h */
-#define XL_TCP_LISTEN 10
+#define XL_TCX_NEXT   -1
+#define TC_ACT_OK     0
+#define TC_ACT_SHOT   2
 #define XL_TC_TCP_RST 0x04
 
 /* The kernel's struct sock, opaque here: a definition (not a forward
@@ -148,28 +146,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	if (first >= XL_MAX_RULES || !xl_cookie_window(gen, first, &now))
 		return XL_TCX_NEXT;
 
-	struct bpf_sock_tuple t = {};
-	__u32 tlen;
-	if (pkt.family == 4) {
-		struct xl_iphdr *ip4 = ip;
-		if ((void *)(ip4 + 1) > cur.end)
-			return XL_TCX_NEXT;
-		t.ipv4.saddr = ip4->saddr;
-		t.ipv4.daddr = ip4->daddr;
-		t.ipv4.sport = tcp->source;
-		t.ipv4.dport = tcp->dest;
-		tlen = sizeof(t.ipv4);
-	} else {
-		struct xl_ipv6hdr *ip6 = ip;
-		if ((void *)(ip6 + 1) > cur.end)
-			return XL_TCX_NEXT;
-		__builtin_memcpy(t.ipv6.saddr, ip6->saddr, 16);
-		__builtin_memcpy(t.ipv6.daddr, ip6->daddr, 16);
-		t.ipv6.sport = tcp->source;
-		t.ipv6.dport = tcp->dest;
-		tlen = sizeof(t.ipv6);
-	}
-	struct bpf_sock *skc = bpf_skc_lookup_tcp(skb, &t, tlen, BPF_F_CURRENT_NETNS, 0);
+	struct bpf_sock *skc = xl_cookie_socket(skb, ip, tcp, cur.end, pkt.family);
 	if (!skc)
 		return XL_TCX_NEXT;
 	int ret = XL_TCX_NEXT;

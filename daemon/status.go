@@ -106,7 +106,7 @@ func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
 			}
 			rs.SynCookies = &api.SynCookieStatus{Mode: mode, Sent: c.Sent, Validated: c.Validated, Failed: c.Failed,
 				Refused: c.Refused, AssignFailed: c.AssignFailed, OverBudget: c.OverBudget, NotLocal: c.NotLocal,
-				Unanswerable: c.Unanswerable}
+				Unanswerable: c.Unanswerable, ToSocket: c.ToSocket}
 		}
 		st.Rules = append(st.Rules, rs)
 	}

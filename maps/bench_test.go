@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -44,16 +45,17 @@ const (
 // per_source_hit (one source, its bucket found in the LRU every time).
 //
 // All CPUs at once (*_allcpu: one thread pinned to each CPU, each running
-// b.N repeats at the same time, against one rule): ns/op is the kernel's
-// mean time per packet on each CPU; the same sub-benchmark first measures
-// the same frame on each of those CPUs alone, one after the other
-// (1cpu-ns/op, their mean), and x-1cpu is the ratio (the issue's target:
-// at most 1.3 for the rule path). busy-cpus is the time the CPUs
-// spent in the program, summed, over the wall time: near the number of
-// CPUs when they really ran at once (the kernel's ~20 ms of setup per run
-// lowers it), at most 1 when they took turns. bare-allcpu-ns/op is the
-// bare program on all CPUs at once (what the machine itself loses to
-// running them all).
+// its share of b.N repeats at the same time, against one rule), in
+// benchRounds rounds that alternate with the same frame on each of those
+// CPUs alone (benchInterleaved): ns/op is the kernel's mean time per
+// packet on each CPU, 1cpu-ns/op the one-CPU figure (both medians over the
+// rounds), x-1cpu the median of the rounds' ratios (issue 18's target: at
+// most 1.1) and x-1cpu-min / x-1cpu-max their extremes. busy-cpus is the
+// time the CPUs spent in the program, summed, over the wall time: near the
+// number of CPUs when they really ran at once (the kernel's ~20 ms of
+// setup per run lowers it), at most 1 when they took turns.
+// bare-allcpu-ns/op is the bare program on all CPUs at once (what the
+// machine itself loses to running them all).
 //
 // per_source_miss: every packet from another source (65536 of them, a
 // 4096-entry table), so every packet misses the LRU, inserts and evicts.
@@ -63,8 +65,8 @@ const (
 // references (x-bare against bare_single; a single run includes the
 // kernel's timer overhead, so compare single with single).
 //
-// The issue's targets (all-CPU ≤ 1.3 × one-CPU, whole rule path ≤ 2.5 ×
-// bare) are reported, never asserted.
+// The issues' targets are reported by make bench (bench/conclude.go),
+// never asserted here.
 func BenchmarkXDP(b *testing.B) {
 	requireRoot(b)
 	o, err := Load(Options{SourceTableSize: benchSourceTable})
@@ -184,14 +186,13 @@ func BenchmarkXDP(b *testing.B) {
 				b.Skipf("needs two CPUs, has %v", cpus)
 			}
 			bareOne := benchEachCPU(b, bare, c.frame, b.N, cpus, xdpDrop)
-			one := benchEachCPU(b, o.Program(), c.frame, b.N, cpus, c.ret)
 			bareAll := benchOnCPUs(b, bare, c.frame, b.N, cpus, xdpDrop)
 			var before dataplane.Counters
 			if c.slot != "" {
 				before = benchCounters(b, o, plan.Slot(c.slot))
 			}
 			b.ResetTimer()
-			all := benchOnCPUs(b, o.Program(), c.frame, b.N, cpus, c.ret)
+			r := benchInterleaved(b, o.Program(), c.frame, b.N, cpus, c.ret)
 			b.StopTimer()
 			if c.slot != "" {
 				// The buckets cannot run dry here: a drop is a packet that
@@ -200,11 +201,13 @@ func BenchmarkXDP(b *testing.B) {
 				n := d.Packets[dataplane.VerdictPass] + d.Packets[dataplane.VerdictDrop]
 				b.ReportMetric(float64(d.Packets[dataplane.VerdictDrop])/float64(n), "cas-drops/op")
 			}
-			b.ReportMetric(all.perPacket, "ns/op")
-			b.ReportMetric(all.busyCPUs, "busy-cpus")
-			b.ReportMetric(one, "1cpu-ns/op")
-			b.ReportMetric(all.perPacket/one, "x-1cpu")
-			b.ReportMetric(all.perPacket/bareOne, "x-bare")
+			b.ReportMetric(r.all, "ns/op")
+			b.ReportMetric(r.busyCPUs, "busy-cpus")
+			b.ReportMetric(r.one, "1cpu-ns/op")
+			b.ReportMetric(r.ratio, "x-1cpu")
+			b.ReportMetric(r.ratioMin, "x-1cpu-min")
+			b.ReportMetric(r.ratioMax, "x-1cpu-max")
+			b.ReportMetric(r.all/bareOne, "x-bare")
 			b.ReportMetric(bareOne, "bare-ns/op")
 			b.ReportMetric(bareAll.perPacket, "bare-allcpu-ns/op")
 		})
@@ -325,6 +328,59 @@ func benchEachCPU(tb testing.TB, prog *ebpf.Program, frame []byte, n int, cpus [
 		sum += benchOnCPUs(tb, prog, frame, n, cpus[i:i+1], want).perPacket
 	}
 	return sum / float64(len(cpus))
+}
+
+// benchRounds is how many rounds benchInterleaved splits a run into.
+const benchRounds = 8
+
+// interleaved is the all-CPU cost against the one-CPU cost, measured in
+// alternating rounds.
+type interleaved struct {
+	all, one           float64 // ns per packet, the medians over the rounds
+	ratio              float64 // the median over the rounds of all ÷ one
+	ratioMin, ratioMax float64 // the rounds' extremes of all ÷ one
+	busyCPUs           float64 // of the all-CPU phases, their median
+}
+
+// benchInterleaved measures prog on all of cpus at once against each CPU
+// alone in benchRounds rounds of n/benchRounds packets per CPU. Each round
+// runs both phases back to back, in alternating order (one then all, all
+// then one), and yields its own ratio. This VM's speed drifts by tens of
+// per cent within seconds: measured as one long phase after the other,
+// the ratio carried that drift (0.92 to 1.35 across make bench runs of
+// one build); in rounds, the drift falls mostly between rounds and the
+// median ratio tells the contention apart from it.
+func benchInterleaved(tb testing.TB, prog *ebpf.Program, frame []byte, n int, cpus []int, want uint32) interleaved {
+	tb.Helper()
+	per := max(n/benchRounds, 1)
+	var all, one, ratios, busy []float64
+	for round := range benchRounds {
+		var a benchAll
+		var o float64
+		if round%2 == 0 {
+			o = benchEachCPU(tb, prog, frame, per, cpus, want)
+			a = benchOnCPUs(tb, prog, frame, per, cpus, want)
+		} else {
+			a = benchOnCPUs(tb, prog, frame, per, cpus, want)
+			o = benchEachCPU(tb, prog, frame, per, cpus, want)
+		}
+		all, one, busy = append(all, a.perPacket), append(one, o), append(busy, a.busyCPUs)
+		ratios = append(ratios, a.perPacket/o)
+	}
+	return interleaved{
+		all: medianOf(all), one: medianOf(one), ratio: medianOf(ratios),
+		ratioMin: slices.Min(ratios), ratioMax: slices.Max(ratios), busyCPUs: medianOf(busy),
+	}
+}
+
+// medianOf is the median of vs (the mean of the middle two for an even
+// count); it sorts a copy.
+func medianOf(vs []float64) float64 {
+	s := slices.Sorted(slices.Values(vs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // benchSingle runs prog once per syscall, n times, cycling through frames,

@@ -105,11 +105,16 @@ func (o *Objects) LoadCookieProgram(fakeClock bool) (*CookieProgram, error) {
 
 // cookieMaps are the SYN cookies' maps of a Tables (nil in pins of an
 // xlimit from before them).
-type cookieMaps struct{ cfg, state, stats *ebpf.Map }
+type cookieMaps struct {
+	cfg, state, stats *ebpf.Map
+	// toSocket counts the SYNs left to a socket the host already had
+	// (bpf/syncookie.h); nil in pins of an xlimit from before it.
+	toSocket *ebpf.Map
+}
 
 func (o *Objects) cookieMaps() *cookieMaps {
 	m := &o.objs.xdpMaps
-	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats}
+	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats, toSocket: m.XlCookieToSocket}
 }
 
 // openCookieMaps opens the pinned cookie maps of dir; nil when absent.
@@ -129,6 +134,12 @@ func openCookieMaps(dir string, opts *ebpf.LoadPinOptions) (*cookieMaps, error) 
 		}
 		*m.dst = mp
 	}
+	if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlCookieToSocket), opts); err == nil {
+		c.toSocket = mp
+	} else if !errors.Is(err, os.ErrNotExist) {
+		c.close()
+		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlCookieToSocket, err)
+	}
 	return c, nil
 }
 
@@ -137,7 +148,7 @@ func (c *cookieMaps) close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{c.cfg, c.state, c.stats} {
+	for _, m := range []*ebpf.Map{c.cfg, c.state, c.stats, c.toSocket} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -147,7 +158,7 @@ func (c *cookieMaps) close() error {
 
 // CookiePinNames are the pinned names of the cookie maps.
 func CookiePinNames() []string {
-	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats}
+	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieToSocket}
 }
 
 func (t *Tables) writeCookies(gen uint32, p *dataplane.Plan) error {
@@ -193,6 +204,15 @@ func (t *Tables) CookieCounters(slot int) (dataplane.CookieCounters, error) {
 			Sent: c.Sent, OverBudget: c.OverBudget, NotLocal: c.NotLocal, Unanswerable: c.Unanswerable,
 			Validated: c.Validated, Failed: c.Failed, Refused: c.Refused, AssignFailed: c.AssignFailed,
 		})
+	}
+	if t.cookie.toSocket != nil {
+		var n []uint64
+		if err := t.cookie.toSocket.Lookup(uint32(slot), &n); err != nil {
+			return sum, fmt.Errorf("read cookie counters %d: %w", slot, err)
+		}
+		for _, v := range n {
+			sum.ToSocket += v
+		}
 	}
 	return sum, nil
 }

@@ -6,11 +6,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -374,4 +377,76 @@ func cookieListener(tb testing.TB) []int {
 		}
 	})
 	return fds
+}
+
+// TestCookieLeavesTimeWait: a SYN for a 4-tuple the host holds in
+// TIME_WAIT is passed to the kernel, which recycles the socket into the
+// next connection, instead of answered with a cookie: the cookie's ACK
+// would meet the TIME_WAIT socket at TC, never the listener, and the
+// client would retransmit its request into it until it gave up (as a
+// client reusing its port within a minute did in
+// TestSynCookiesThroughSpoofedFlood). The same SYN from another port is
+// answered.
+func TestCookieLeavesTimeWait(t *testing.T) {
+	h := newHarness(t)
+	spec := &dataplane.Spec{CookieRate: 100, Rules: []dataplane.RuleSpec{{
+		Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 10, Burst: 3, SynCookies: "always",
+	}}}
+	h.apply(t, compile(t, spec, nil))
+	slot := h.slot(t, "web")
+	fds := cookieListener(t) // this thread's own network namespace from here on
+
+	// A connection from client to server on the namespace's loopback,
+	// closed by the server first: the server's end stays in TIME_WAIT.
+	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.20")
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []netip.Addr{server, client} {
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			t.Fatalf("add %s to lo: %v", a, err)
+		}
+	}
+	c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(c)
+	if err := unix.Bind(c, &unix.SockaddrInet4{Port: 40001, Addr: client.As4()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(c, &unix.SockaddrInet4{Port: 80, Addr: server.As4()}); err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := unix.Accept(fds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(a)
+	time.Sleep(20 * time.Millisecond) // the server's FIN, acknowledged
+	unix.Close(c)
+	time.Sleep(20 * time.Millisecond) // the client's FIN: the server's end in TIME_WAIT
+
+	syn := func(port uint16) []byte {
+		s := frame.Spec{Src: client, Dst: server, Proto: frame.ProtoTCP, SrcPort: port, DstPort: 80,
+			TCPFlags: frame.TCPSyn, TCPSeq: 5000}
+		return withTCPOptions(t, frame.MustBuild(s), 14, linuxSYNOptions(12345))
+	}
+	now := uint64(1000 * second)
+	before := h.cookieCounters(t, slot)
+	if ret, _ := h.kernelRunOut(t, syn(40001), now, 1); ret != xdpPass {
+		t.Errorf("SYN for the TIME_WAIT socket's 4-tuple: XDP return code %d, want XDP_PASS", ret)
+	}
+	if ret, _ := h.kernelRunOut(t, syn(40002), now, 1); ret != xdpTx {
+		t.Errorf("SYN from another port: XDP return code %d, want XDP_TX", ret)
+	}
+	got := h.cookieCounters(t, slot)
+	if got.ToSocket-before.ToSocket != 1 || got.Sent-before.Sent != 1 {
+		t.Errorf("cookie counters %+v -> %+v, want one SYN to the socket and one answered", before, got)
+	}
 }

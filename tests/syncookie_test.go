@@ -665,21 +665,32 @@ func printCookieTable(w func(format string, args ...any), dur time.Duration, run
 // checkCookieRuns asserts what SYN cookies must do on any machine: the
 // cookie path runs end to end, only the client's connections pass it, the
 // service never takes more new connections than the rule allows, and the
-// legitimate client gets through the flood (where the rule alone shuts
-// most of it out: 6 % on a quiet machine, 95 % with cookies, whose losses
-// are the client's final ACK and request dropped in the veth ring that the
-// flood fills). The targets (≥ 99 %, p99 ≤ 50 ms, parity with the
+// legitimate client gets through the flood (≥ 90 %, and at least as well
+// as the rule alone up to that floor; the rule alone often shuts most of
+// it out, 6 % on a quiet machine, while cookies' losses are the client's
+// final ACK and request dropped in the veth ring that the flood fills). The targets (≥ 99 %, p99 ≤ 50 ms, parity with the
 // kernel alone) are reported met or MISSED by cookieTargets, here and in
 // make bench.
 func checkCookieRuns(tb testing.TB, runs []cookieRun) {
 	tb.Helper()
 	kernel, rule, cookies := &runs[0], &runs[1], &runs[2]
-	if got := cookies.okShare(); got < 0.9 {
+	floor := int(math.Ceil(0.9 * float64(len(cookies.reqs))))
+	if cookies.ok() < floor {
 		tb.Errorf("with cookies %.1f %% of legitimate connections succeeded (%d/%d), want ≥ 90 %%",
-			100*got, cookies.ok(), len(cookies.reqs))
+			100*cookies.okShare(), cookies.ok(), len(cookies.reqs))
 	}
-	if cookies.ok() < rule.ok() {
-		tb.Errorf("with cookies %d legitimate connections succeeded, fewer than the rule alone's %d", cookies.ok(), rule.ok())
+	// At least as many as the rule alone, up to that floor. The rule
+	// alone is no stable baseline here: its share depends on which CPU
+	// runs the veth's NAPI when a client SYN comes. On the flood's CPU the
+	// SYN falls in a run of drops and is refused (6 % on a quiet machine);
+	// on the other CPU, which has seen little of the flood, the check
+	// finds the tokens the flood's runs left in the bucket (95.5 % in one
+	// CI run, 13.9–87 % in others). Above the floor, what either variant
+	// loses is the client's packets dropped in the veth ring the flood
+	// fills.
+	if want := min(rule.ok(), floor); cookies.ok() < want {
+		tb.Errorf("with cookies %d legitimate connections succeeded, fewer than the rule alone's %d (below the 90 %% floor)",
+			cookies.ok(), rule.ok())
 	}
 	for _, r := range []*cookieRun{rule, cookies} {
 		if r.maxPerSecond > cookieRate+cookieBurst {

@@ -62,7 +62,8 @@ type RuleStatus struct {
 // "SYN cookies"), the slot's counters summed over CPUs like the rule's
 // others: counted by XDP (sent, and the SYNs not answered, by why) and by
 // the TC program that checks the returning ACKs (validated, failed,
-// refused, assign_failed).
+// refused, assign_failed). SYNs for a 4-tuple the host already has a
+// socket for are passed to it (to_socket).
 type SynCookieStatus struct {
 	Mode         string `json:"mode"`          // auto | always
 	Sent         uint64 `json:"sent"`          // SYN-ACKs with a cookie sent
@@ -73,6 +74,7 @@ type SynCookieStatus struct {
 	OverBudget   uint64 `json:"over_budget"`   // SYNs not answered: the host's answer budget was spent
 	NotLocal     uint64 `json:"not_local"`     // SYNs not answered: not to one of the host's addresses
 	Unanswerable uint64 `json:"unanswerable"`  // SYNs not answered: IP options, extension headers, a cut header
+	ToSocket     uint64 `json:"to_socket"`     // SYNs not answered but passed: the host had a socket for their 4-tuple (TIME_WAIT, open)
 }
 
 // ConcurrencyStatus is a rule's concurrency limit and the connections in

@@ -38,10 +38,14 @@ type Cookies struct {
 	MSS4, MSS6 uint16
 }
 
-// CookieCounters mirrors struct xl_cookie_counters, summed over CPUs.
+// CookieCounters mirrors struct xl_cookie_counters, summed over CPUs, and
+// xl_cookie_to_socket (ToSocket: SYNs left to a socket the host already
+// had for their 4-tuple, TIME_WAIT or open; the model has no sockets and
+// never counts it).
 type CookieCounters struct {
 	Sent, OverBudget, NotLocal, Unanswerable uint64
 	Validated, Failed, Refused, AssignFailed uint64
+	ToSocket                                 uint64
 }
 
 // Add adds o to c.
@@ -54,6 +58,7 @@ func (c *CookieCounters) Add(o CookieCounters) {
 	c.Failed += o.Failed
 	c.Refused += o.Refused
 	c.AssignFailed += o.AssignFailed
+	c.ToSocket += o.ToSocket
 }
 
 func compileCookies(spec *Spec) (Cookies, error) {

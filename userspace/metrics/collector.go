@@ -116,7 +116,7 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			"The control loop's cap on an adaptive rule's connections in flight, while the service is saturated (0: none in force).",
 			[]string{"iface", "rule"}, nil),
 		cookies: prometheus.NewDesc("xlimit_syn_cookies_total",
-			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget, not_local, unanswerable (SYNs not answered).",
+			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget, not_local, unanswerable (SYNs not answered), to_socket (SYNs passed to a socket the host already had for their 4-tuple, TIME_WAIT or open).",
 			[]string{"iface", "rule", "outcome"}, nil),
 		rate: prometheus.NewDesc("xlimit_rule_rate",
 			"The rate in force for a rule, per second (packets, connections or bytes).",
@@ -268,7 +268,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 						n    uint64
 					}{{"sent", k.Sent}, {"validated", k.Validated}, {"failed", k.Failed}, {"refused", k.Refused},
 						{"assign_failed", k.AssignFailed}, {"over_budget", k.OverBudget}, {"not_local", k.NotLocal},
-						{"unanswerable", k.Unanswerable}} {
+						{"unanswerable", k.Unanswerable}, {"to_socket", k.ToSocket}} {
 						ch <- prometheus.MustNewConstMetric(c.cookies, prometheus.CounterValue, float64(o.n), t.Iface, r.Name, o.name)
 					}
 				}
