@@ -156,7 +156,7 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} xl_cookie_to_socket SEC(".maps");
+} xl_cookie_sock SEC(".maps");
 
 /* include/net/tcp_states.h */
 #define XL_TCP_LISTEN 10
@@ -640,7 +640,7 @@ __noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u
 		return XDP_DROP;
 	}
 	if (xl_cookie_has_socket(ctx, l3, pkt->family)) {
-		__u64 *n = bpf_map_lookup_elem(&xl_cookie_to_socket, &slot);
+		__u64 *n = bpf_map_lookup_elem(&xl_cookie_sock, &slot);
 		if (n)
 			(*n)++;
 		return XDP_PASS;

@@ -114,7 +114,7 @@ type cookieMaps struct {
 
 func (o *Objects) cookieMaps() *cookieMaps {
 	m := &o.objs.xdpMaps
-	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats, toSocket: m.XlCookieToSocket}
+	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats, toSocket: m.XlCookieSock}
 }
 
 // openCookieMaps opens the pinned cookie maps of dir; nil when absent.
@@ -134,11 +134,11 @@ func openCookieMaps(dir string, opts *ebpf.LoadPinOptions) (*cookieMaps, error) 
 		}
 		*m.dst = mp
 	}
-	if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlCookieToSocket), opts); err == nil {
+	if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlCookieSock), opts); err == nil {
 		c.toSocket = mp
 	} else if !errors.Is(err, os.ErrNotExist) {
 		c.close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlCookieToSocket, err)
+		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlCookieSock, err)
 	}
 	return c, nil
 }
@@ -158,7 +158,7 @@ func (c *cookieMaps) close() error {
 
 // CookiePinNames are the pinned names of the cookie maps.
 func CookiePinNames() []string {
-	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieToSocket}
+	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock}
 }
 
 func (t *Tables) writeCookies(gen uint32, p *dataplane.Plan) error {

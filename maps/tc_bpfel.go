@@ -274,35 +274,35 @@ type tcXlSrcCredit struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcMapXlBuckets        = "xl_buckets"
-	tcMapXlCaches         = "xl_caches"
-	tcMapXlClock          = "xl_clock"
-	tcMapXlConfig         = "xl_config"
-	tcMapXlConns          = "xl_conns"
-	tcMapXlCookieCfg      = "xl_cookie_cfg"
-	tcMapXlCookieState    = "xl_cookie_state"
-	tcMapXlCookieStats    = "xl_cookie_stats"
-	tcMapXlCookieToSocket = "xl_cookie_to_socket"
-	tcMapXlFlood          = "xl_flood"
-	tcMapXlFrags          = "xl_frags"
-	tcMapXlGen            = "xl_gen"
-	tcMapXlHostAddrs      = "xl_host_addrs"
-	tcMapXlLimits         = "xl_limits"
-	tcMapXlPorts          = "xl_ports"
-	tcMapXlPrefilter      = "xl_prefilter"
-	tcMapXlPrefix4        = "xl_prefix4"
-	tcMapXlPrefix6        = "xl_prefix6"
-	tcMapXlResetBudget    = "xl_reset_budget"
-	tcMapXlRespFlows      = "xl_resp_flows"
-	tcMapXlRespHists      = "xl_resp_hists"
-	tcMapXlRules          = "xl_rules"
-	tcMapXlServed         = "xl_served"
-	tcMapXlSkConns        = "xl_sk_conns"
-	tcMapXlSources        = "xl_sources"
-	tcMapXlSrcCredits     = "xl_src_credits"
-	tcMapXlStats          = "xl_stats"
-	tcProgXlimitTcCookie  = "xlimit_tc_cookie"
-	tcVarXlCfgFakeClock   = "xl_cfg_fake_clock"
+	tcMapXlBuckets       = "xl_buckets"
+	tcMapXlCaches        = "xl_caches"
+	tcMapXlClock         = "xl_clock"
+	tcMapXlConfig        = "xl_config"
+	tcMapXlConns         = "xl_conns"
+	tcMapXlCookieCfg     = "xl_cookie_cfg"
+	tcMapXlCookieSock    = "xl_cookie_sock"
+	tcMapXlCookieState   = "xl_cookie_state"
+	tcMapXlCookieStats   = "xl_cookie_stats"
+	tcMapXlFlood         = "xl_flood"
+	tcMapXlFrags         = "xl_frags"
+	tcMapXlGen           = "xl_gen"
+	tcMapXlHostAddrs     = "xl_host_addrs"
+	tcMapXlLimits        = "xl_limits"
+	tcMapXlPorts         = "xl_ports"
+	tcMapXlPrefilter     = "xl_prefilter"
+	tcMapXlPrefix4       = "xl_prefix4"
+	tcMapXlPrefix6       = "xl_prefix6"
+	tcMapXlResetBudget   = "xl_reset_budget"
+	tcMapXlRespFlows     = "xl_resp_flows"
+	tcMapXlRespHists     = "xl_resp_hists"
+	tcMapXlRules         = "xl_rules"
+	tcMapXlServed        = "xl_served"
+	tcMapXlSkConns       = "xl_sk_conns"
+	tcMapXlSources       = "xl_sources"
+	tcMapXlSrcCredits    = "xl_src_credits"
+	tcMapXlStats         = "xl_stats"
+	tcProgXlimitTcCookie = "xlimit_tc_cookie"
+	tcVarXlCfgFakeClock  = "xl_cfg_fake_clock"
 )
 
 // loadTc returns the embedded CollectionSpec for tc.
@@ -354,33 +354,33 @@ type tcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcMapSpecs struct {
-	XlBuckets        *ebpf.MapSpec `ebpf:"xl_buckets"`
-	XlCaches         *ebpf.MapSpec `ebpf:"xl_caches"`
-	XlClock          *ebpf.MapSpec `ebpf:"xl_clock"`
-	XlConfig         *ebpf.MapSpec `ebpf:"xl_config"`
-	XlConns          *ebpf.MapSpec `ebpf:"xl_conns"`
-	XlCookieCfg      *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
-	XlCookieState    *ebpf.MapSpec `ebpf:"xl_cookie_state"`
-	XlCookieStats    *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
-	XlCookieToSocket *ebpf.MapSpec `ebpf:"xl_cookie_to_socket"`
-	XlFlood          *ebpf.MapSpec `ebpf:"xl_flood"`
-	XlFrags          *ebpf.MapSpec `ebpf:"xl_frags"`
-	XlGen            *ebpf.MapSpec `ebpf:"xl_gen"`
-	XlHostAddrs      *ebpf.MapSpec `ebpf:"xl_host_addrs"`
-	XlLimits         *ebpf.MapSpec `ebpf:"xl_limits"`
-	XlPorts          *ebpf.MapSpec `ebpf:"xl_ports"`
-	XlPrefilter      *ebpf.MapSpec `ebpf:"xl_prefilter"`
-	XlPrefix4        *ebpf.MapSpec `ebpf:"xl_prefix4"`
-	XlPrefix6        *ebpf.MapSpec `ebpf:"xl_prefix6"`
-	XlResetBudget    *ebpf.MapSpec `ebpf:"xl_reset_budget"`
-	XlRespFlows      *ebpf.MapSpec `ebpf:"xl_resp_flows"`
-	XlRespHists      *ebpf.MapSpec `ebpf:"xl_resp_hists"`
-	XlRules          *ebpf.MapSpec `ebpf:"xl_rules"`
-	XlServed         *ebpf.MapSpec `ebpf:"xl_served"`
-	XlSkConns        *ebpf.MapSpec `ebpf:"xl_sk_conns"`
-	XlSources        *ebpf.MapSpec `ebpf:"xl_sources"`
-	XlSrcCredits     *ebpf.MapSpec `ebpf:"xl_src_credits"`
-	XlStats          *ebpf.MapSpec `ebpf:"xl_stats"`
+	XlBuckets     *ebpf.MapSpec `ebpf:"xl_buckets"`
+	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
+	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
+	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
+	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
+	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
+	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
+	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
+	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
+	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
+	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
+	XlLimits      *ebpf.MapSpec `ebpf:"xl_limits"`
+	XlPorts       *ebpf.MapSpec `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
+	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
+	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
+	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
+	XlRespFlows   *ebpf.MapSpec `ebpf:"xl_resp_flows"`
+	XlRespHists   *ebpf.MapSpec `ebpf:"xl_resp_hists"`
+	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
+	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
+	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
+	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
+	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
 // tcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -410,33 +410,33 @@ func (o *tcObjects) Close() error {
 //
 // It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcMaps struct {
-	XlBuckets        *ebpf.Map `ebpf:"xl_buckets"`
-	XlCaches         *ebpf.Map `ebpf:"xl_caches"`
-	XlClock          *ebpf.Map `ebpf:"xl_clock"`
-	XlConfig         *ebpf.Map `ebpf:"xl_config"`
-	XlConns          *ebpf.Map `ebpf:"xl_conns"`
-	XlCookieCfg      *ebpf.Map `ebpf:"xl_cookie_cfg"`
-	XlCookieState    *ebpf.Map `ebpf:"xl_cookie_state"`
-	XlCookieStats    *ebpf.Map `ebpf:"xl_cookie_stats"`
-	XlCookieToSocket *ebpf.Map `ebpf:"xl_cookie_to_socket"`
-	XlFlood          *ebpf.Map `ebpf:"xl_flood"`
-	XlFrags          *ebpf.Map `ebpf:"xl_frags"`
-	XlGen            *ebpf.Map `ebpf:"xl_gen"`
-	XlHostAddrs      *ebpf.Map `ebpf:"xl_host_addrs"`
-	XlLimits         *ebpf.Map `ebpf:"xl_limits"`
-	XlPorts          *ebpf.Map `ebpf:"xl_ports"`
-	XlPrefilter      *ebpf.Map `ebpf:"xl_prefilter"`
-	XlPrefix4        *ebpf.Map `ebpf:"xl_prefix4"`
-	XlPrefix6        *ebpf.Map `ebpf:"xl_prefix6"`
-	XlResetBudget    *ebpf.Map `ebpf:"xl_reset_budget"`
-	XlRespFlows      *ebpf.Map `ebpf:"xl_resp_flows"`
-	XlRespHists      *ebpf.Map `ebpf:"xl_resp_hists"`
-	XlRules          *ebpf.Map `ebpf:"xl_rules"`
-	XlServed         *ebpf.Map `ebpf:"xl_served"`
-	XlSkConns        *ebpf.Map `ebpf:"xl_sk_conns"`
-	XlSources        *ebpf.Map `ebpf:"xl_sources"`
-	XlSrcCredits     *ebpf.Map `ebpf:"xl_src_credits"`
-	XlStats          *ebpf.Map `ebpf:"xl_stats"`
+	XlBuckets     *ebpf.Map `ebpf:"xl_buckets"`
+	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
+	XlClock       *ebpf.Map `ebpf:"xl_clock"`
+	XlConfig      *ebpf.Map `ebpf:"xl_config"`
+	XlConns       *ebpf.Map `ebpf:"xl_conns"`
+	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
+	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
+	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
+	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
+	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
+	XlGen         *ebpf.Map `ebpf:"xl_gen"`
+	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
+	XlLimits      *ebpf.Map `ebpf:"xl_limits"`
+	XlPorts       *ebpf.Map `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
+	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
+	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
+	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
+	XlRespFlows   *ebpf.Map `ebpf:"xl_resp_flows"`
+	XlRespHists   *ebpf.Map `ebpf:"xl_resp_hists"`
+	XlRules       *ebpf.Map `ebpf:"xl_rules"`
+	XlServed      *ebpf.Map `ebpf:"xl_served"`
+	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
+	XlSources     *ebpf.Map `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
+	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
 func (m *tcMaps) Close() error {
@@ -447,9 +447,9 @@ func (m *tcMaps) Close() error {
 		m.XlConfig,
 		m.XlConns,
 		m.XlCookieCfg,
+		m.XlCookieSock,
 		m.XlCookieState,
 		m.XlCookieStats,
-		m.XlCookieToSocket,
 		m.XlFlood,
 		m.XlFrags,
 		m.XlGen,

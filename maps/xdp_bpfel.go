@@ -360,9 +360,9 @@ const (
 	xdpMapXlConfig          = "xl_config"
 	xdpMapXlConns           = "xl_conns"
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
+	xdpMapXlCookieSock      = "xl_cookie_sock"
 	xdpMapXlCookieState     = "xl_cookie_state"
 	xdpMapXlCookieStats     = "xl_cookie_stats"
-	xdpMapXlCookieToSocket  = "xl_cookie_to_socket"
 	xdpMapXlFlood           = "xl_flood"
 	xdpMapXlFrags           = "xl_frags"
 	xdpMapXlGen             = "xl_gen"
@@ -448,33 +448,33 @@ type xdpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpMapSpecs struct {
-	XlBuckets        *ebpf.MapSpec `ebpf:"xl_buckets"`
-	XlCaches         *ebpf.MapSpec `ebpf:"xl_caches"`
-	XlClock          *ebpf.MapSpec `ebpf:"xl_clock"`
-	XlConfig         *ebpf.MapSpec `ebpf:"xl_config"`
-	XlConns          *ebpf.MapSpec `ebpf:"xl_conns"`
-	XlCookieCfg      *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
-	XlCookieState    *ebpf.MapSpec `ebpf:"xl_cookie_state"`
-	XlCookieStats    *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
-	XlCookieToSocket *ebpf.MapSpec `ebpf:"xl_cookie_to_socket"`
-	XlFlood          *ebpf.MapSpec `ebpf:"xl_flood"`
-	XlFrags          *ebpf.MapSpec `ebpf:"xl_frags"`
-	XlGen            *ebpf.MapSpec `ebpf:"xl_gen"`
-	XlHostAddrs      *ebpf.MapSpec `ebpf:"xl_host_addrs"`
-	XlLimits         *ebpf.MapSpec `ebpf:"xl_limits"`
-	XlPorts          *ebpf.MapSpec `ebpf:"xl_ports"`
-	XlPrefilter      *ebpf.MapSpec `ebpf:"xl_prefilter"`
-	XlPrefix4        *ebpf.MapSpec `ebpf:"xl_prefix4"`
-	XlPrefix6        *ebpf.MapSpec `ebpf:"xl_prefix6"`
-	XlResetBudget    *ebpf.MapSpec `ebpf:"xl_reset_budget"`
-	XlRespFlows      *ebpf.MapSpec `ebpf:"xl_resp_flows"`
-	XlRespHists      *ebpf.MapSpec `ebpf:"xl_resp_hists"`
-	XlRules          *ebpf.MapSpec `ebpf:"xl_rules"`
-	XlServed         *ebpf.MapSpec `ebpf:"xl_served"`
-	XlSkConns        *ebpf.MapSpec `ebpf:"xl_sk_conns"`
-	XlSources        *ebpf.MapSpec `ebpf:"xl_sources"`
-	XlSrcCredits     *ebpf.MapSpec `ebpf:"xl_src_credits"`
-	XlStats          *ebpf.MapSpec `ebpf:"xl_stats"`
+	XlBuckets     *ebpf.MapSpec `ebpf:"xl_buckets"`
+	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
+	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
+	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
+	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
+	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
+	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
+	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
+	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
+	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
+	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
+	XlLimits      *ebpf.MapSpec `ebpf:"xl_limits"`
+	XlPorts       *ebpf.MapSpec `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
+	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
+	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
+	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
+	XlRespFlows   *ebpf.MapSpec `ebpf:"xl_resp_flows"`
+	XlRespHists   *ebpf.MapSpec `ebpf:"xl_resp_hists"`
+	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
+	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
+	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
+	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
+	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
 // xdpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -516,33 +516,33 @@ func (o *xdpObjects) Close() error {
 //
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpMaps struct {
-	XlBuckets        *ebpf.Map `ebpf:"xl_buckets"`
-	XlCaches         *ebpf.Map `ebpf:"xl_caches"`
-	XlClock          *ebpf.Map `ebpf:"xl_clock"`
-	XlConfig         *ebpf.Map `ebpf:"xl_config"`
-	XlConns          *ebpf.Map `ebpf:"xl_conns"`
-	XlCookieCfg      *ebpf.Map `ebpf:"xl_cookie_cfg"`
-	XlCookieState    *ebpf.Map `ebpf:"xl_cookie_state"`
-	XlCookieStats    *ebpf.Map `ebpf:"xl_cookie_stats"`
-	XlCookieToSocket *ebpf.Map `ebpf:"xl_cookie_to_socket"`
-	XlFlood          *ebpf.Map `ebpf:"xl_flood"`
-	XlFrags          *ebpf.Map `ebpf:"xl_frags"`
-	XlGen            *ebpf.Map `ebpf:"xl_gen"`
-	XlHostAddrs      *ebpf.Map `ebpf:"xl_host_addrs"`
-	XlLimits         *ebpf.Map `ebpf:"xl_limits"`
-	XlPorts          *ebpf.Map `ebpf:"xl_ports"`
-	XlPrefilter      *ebpf.Map `ebpf:"xl_prefilter"`
-	XlPrefix4        *ebpf.Map `ebpf:"xl_prefix4"`
-	XlPrefix6        *ebpf.Map `ebpf:"xl_prefix6"`
-	XlResetBudget    *ebpf.Map `ebpf:"xl_reset_budget"`
-	XlRespFlows      *ebpf.Map `ebpf:"xl_resp_flows"`
-	XlRespHists      *ebpf.Map `ebpf:"xl_resp_hists"`
-	XlRules          *ebpf.Map `ebpf:"xl_rules"`
-	XlServed         *ebpf.Map `ebpf:"xl_served"`
-	XlSkConns        *ebpf.Map `ebpf:"xl_sk_conns"`
-	XlSources        *ebpf.Map `ebpf:"xl_sources"`
-	XlSrcCredits     *ebpf.Map `ebpf:"xl_src_credits"`
-	XlStats          *ebpf.Map `ebpf:"xl_stats"`
+	XlBuckets     *ebpf.Map `ebpf:"xl_buckets"`
+	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
+	XlClock       *ebpf.Map `ebpf:"xl_clock"`
+	XlConfig      *ebpf.Map `ebpf:"xl_config"`
+	XlConns       *ebpf.Map `ebpf:"xl_conns"`
+	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
+	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
+	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
+	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
+	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
+	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
+	XlGen         *ebpf.Map `ebpf:"xl_gen"`
+	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
+	XlLimits      *ebpf.Map `ebpf:"xl_limits"`
+	XlPorts       *ebpf.Map `ebpf:"xl_ports"`
+	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
+	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
+	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
+	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
+	XlRespFlows   *ebpf.Map `ebpf:"xl_resp_flows"`
+	XlRespHists   *ebpf.Map `ebpf:"xl_resp_hists"`
+	XlRules       *ebpf.Map `ebpf:"xl_rules"`
+	XlServed      *ebpf.Map `ebpf:"xl_served"`
+	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
+	XlSources     *ebpf.Map `ebpf:"xl_sources"`
+	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
+	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
 func (m *xdpMaps) Close() error {
@@ -553,9 +553,9 @@ func (m *xdpMaps) Close() error {
 		m.XlConfig,
 		m.XlConns,
 		m.XlCookieCfg,
+		m.XlCookieSock,
 		m.XlCookieState,
 		m.XlCookieStats,
-		m.XlCookieToSocket,
 		m.XlFlood,
 		m.XlFrags,
 		m.XlGen,

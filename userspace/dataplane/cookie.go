@@ -39,7 +39,7 @@ type Cookies struct {
 }
 
 // CookieCounters mirrors struct xl_cookie_counters, summed over CPUs, and
-// xl_cookie_to_socket (ToSocket: SYNs left to a socket the host already
+// xl_cookie_sock (ToSocket: SYNs left to a socket the host already
 // had for their 4-tuple, TIME_WAIT or open; the model has no sockets and
 // never counts it).
 type CookieCounters struct {
