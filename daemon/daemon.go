@@ -151,6 +151,13 @@ func Run(ctx context.Context, o Options) error {
 }
 
 func (d *daemon) run(ctx context.Context) (err error) {
+	// SIGHUP is caught before anything else: its default action ends the
+	// process, and systemd may send it (ExecReload) as soon as READY=1,
+	// before the loop that reads it runs. One that comes during the start
+	// waits in the channel and reloads once the loop runs.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	d.loadGuard()
 	// The startup document may be large: SIGTERM must not wait for it.
 	start, err := untilDone(ctx, func() (*prepared, error) { return d.startupRules(ctx) })
@@ -250,9 +257,6 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	d.dog = newWatchdog(d.opts.Notify)
 	d.log.Info("enforcing", "rules", len(start.cfg.Rules), "interfaces", ifaces, "control_period", d.loop.Period())
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	links, stopLinks := d.watchLinks(ifaces)
 	defer stopLinks()
 	recheck := time.NewTicker(linkRecheck)

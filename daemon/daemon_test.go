@@ -362,3 +362,32 @@ func TestGuardOverAPI(t *testing.T) {
 		t.Errorf("tcp/80 after the API's document: no rule, want the API's rule")
 	}
 }
+
+// TestSIGHUPAtReady: a SIGHUP as soon as the daemon says READY=1 (what
+// systemd's ExecReload may send then) reloads the rules; it does not end
+// the process, which is SIGHUP's default action while nothing catches it.
+// Were the signal caught only once the loop runs, this test binary would
+// die of it.
+func TestSIGHUPAtReady(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(rules("1000")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startInProcess(t, file, func(o *daemon.Options) {
+		notify := o.Notify
+		o.Notify = func(state string) {
+			if state == "READY=1" {
+				if err := unix.Kill(os.Getpid(), unix.SIGHUP); err != nil {
+					t.Errorf("send SIGHUP: %v", err)
+				}
+			}
+			notify(state)
+		}
+	})
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(d.logs.String(), "origin=sighup"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no reload on the SIGHUP sent at READY within 10 s:\n%s", d.logs.String())
+		}
+	}
+	d.waitRate(t, "after the SIGHUP", 1000)
+}
