@@ -130,7 +130,7 @@ func (r *results) mapsSection(b *strings.Builder) {
 	w("`go test -run '^$' -bench . -benchtime 2000000x -count %d ./maps/` (maps/bench_test.go documents every case): "+
 		"the real program on the real clock, ns per packet as the kernel times it, and the ratio to a bare XDP_DROP "+
 		"program measured in the same sub-benchmark (x-bare). *_allcpu: one pinned thread per CPU at once, "+
-		"against one rule, in 8 rounds alternating with the same case on each CPU alone; x-1cpu is the median of the rounds' ratios (x-1cpu-min and -max their extremes). *_single and per_source_miss: one packet per syscall "+
+		"against one rule, in 8 rounds of b.N packets per CPU alternating with the same case on each CPU alone (busy-cpus: how much they overlapped; below 1.25 the ratio is not judged); x-1cpu is the median of the rounds' ratios (x-1cpu-min and -max their extremes). *_single and per_source_miss: one packet per syscall "+
 		"(every packet from another of 65536 sources against a 4096-entry table: insert and evict each time).\n\n", r.c.mapsCount)
 	var order []string
 	by := map[string][]benchLine{}

@@ -45,7 +45,7 @@ const (
 // per_source_hit (one source, its bucket found in the LRU every time).
 //
 // All CPUs at once (*_allcpu: one thread pinned to each CPU, each running
-// its share of b.N repeats at the same time, against one rule), in
+// b.N repeats at the same time, against one rule), in
 // benchRounds rounds that alternate with the same frame on each of those
 // CPUs alone (benchInterleaved): ns/op is the kernel's mean time per
 // packet on each CPU, 1cpu-ns/op the one-CPU figure (both medians over the
@@ -343,7 +343,10 @@ type interleaved struct {
 }
 
 // benchInterleaved measures prog on all of cpus at once against each CPU
-// alone in benchRounds rounds of n/benchRounds packets per CPU. Each round
+// alone in benchRounds rounds of n packets per CPU. A round's runs must
+// be long: the kernel's setup of each run (~20 ms) is not overlapped, and
+// with n/benchRounds packets the CPUs mostly took turns (busy-cpus 0.76 to
+// 1.06 in one make bench), which measures no contention at all. Each round
 // runs both phases back to back, in alternating order (one then all, all
 // then one), and yields its own ratio. This VM's speed drifts by tens of
 // per cent within seconds: measured as one long phase after the other,
@@ -352,7 +355,7 @@ type interleaved struct {
 // median ratio tells the contention apart from it.
 func benchInterleaved(tb testing.TB, prog *ebpf.Program, frame []byte, n int, cpus []int, want uint32) interleaved {
 	tb.Helper()
-	per := max(n/benchRounds, 1)
+	per := n
 	var all, one, ratios, busy []float64
 	for round := range benchRounds {
 		var a benchAll
