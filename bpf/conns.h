@@ -9,6 +9,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "gen.h"
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
@@ -180,10 +181,10 @@ static __always_inline void xl_served_count(__u64 mask)
 static __always_inline void xl_conn_open(struct bpf_sock_ops *skops)
 {
 	__u32 zero = 0;
-	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
-	if (!active)
+	__u64 word = xl_gen_word(&zero);
+	if (word == XL_GEN_NONE)
 		return;
-	__u32 gen = *active & 1;
+	__u32 gen = word & 1;
 	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
 	if (!g || !(g->concurrent | g->served))
 		return;

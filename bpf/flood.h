@@ -39,6 +39,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "clock.h"
+#include "gen.h"
 #include "maps.h"
 #include "parse.h"
 #include "types.h"
@@ -68,13 +69,13 @@ static __always_inline int xl_flood_repeatable(const struct xl_rule *r, __u32 sl
 static __always_inline void xl_flood_note(__u64 mask, __u32 slot, __u32 syn, struct xl_cache *c)
 {
 	__u32 zero = 0;
-	__u32 *gen = bpf_map_lookup_elem(&xl_gen, &zero);
+	__u64 gen = xl_gen_word(&zero);
 	struct xl_flood *f = bpf_map_lookup_elem(&xl_flood, &zero);
-	if (!gen || !f || !c->skip)
+	if (gen == XL_GEN_NONE || !f || !c->skip)
 		return;
 	f->mask = mask;
 	f->tick = c->tick;
-	f->gen = *gen;
+	f->gen = gen;
 	f->left = c->skip;
 	f->slot = slot;
 	f->syn = syn;
@@ -82,7 +83,7 @@ static __always_inline void xl_flood_note(__u64 mask, __u32 slot, __u32 syn, str
 }
 
 /* Drops and counts the packet when this CPU's memo answers it: the same
- * generation (xl_gen's raw value), rules (mask, not 0) and SYN flag, in the
+ * generation (xl_gen's value, gen.h), rules (mask, not 0) and SYN flag, in the
  * memo's tick, with drops left in its run. Returns 1 when it did.
  *
  * Inlined, with the caller's key 0 (zero) for its lookups: a call (its
@@ -93,8 +94,8 @@ static __always_inline void xl_flood_note(__u64 mask, __u32 slot, __u32 syn, str
 static __always_inline int xl_flood_drop(const __u32 *zero, __u64 mask, __u32 syn, __u64 len)
 {
 	struct xl_flood *f = bpf_map_lookup_elem(&xl_flood, zero);
-	__u32 *gen = bpf_map_lookup_elem(&xl_gen, zero);
-	if (!f || !gen || f->mask != mask || f->gen != *gen || f->syn != syn || !f->left ||
+	__u64 gen = xl_gen_word(zero);
+	if (!f || f->mask != mask || f->gen != gen || f->syn != syn || !f->left ||
 	    f->tick != xl_tick())
 		return 0;
 	__u32 slot = f->slot;

@@ -11,8 +11,10 @@
 
 #include "types.h"
 
-/* Config. Key 0: the active generation (0 or 1). A one-entry array because
- * it is read on every packet; the daemon flips it last, after writing the
+/* Config. Key 0: a count of reloads whose lowest bit is the active
+ * generation (0 or 1), and XL_GEN_CONFIRM while a change waits for its
+ * confirmation (xl_confirm). A one-entry array because it is read on every
+ * packet (through gen.h only); the daemon flips it last, after writing the
  * other generation in full, which makes a reload atomic. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -21,6 +23,18 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_gen SEC(".maps");
+
+/* Config. Key 0: the change of rules waiting for its confirmation, read
+ * only while xl_gen has XL_GEN_CONFIRM (gen.h): its deadline and the
+ * generation to return to, so that the previous rules come back on time
+ * with no daemon running. A one-entry array, as xl_gen. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xl_confirm_wait);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_confirm SEC(".maps");
 
 /* Config. Key: generation. Value: masks and flags that do not depend on the
  * packet. Array: two fixed entries, O(1) lookup. */

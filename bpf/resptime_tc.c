@@ -16,6 +16,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "clock.h"
+#include "gen.h"
 #include "maps.h"
 #include "parse.h"
 #include "resptime.h"
@@ -33,10 +34,10 @@ SEC("tc")
 int xlimit_tc_resptime(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
-	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
-	if (!active)
+	__u64 word = xl_gen_word(&zero);
+	if (word == XL_GEN_NONE)
 		return XL_TC_NEXT;
-	__u32 gen = *active & 1;
+	__u32 gen = word & 1;
 	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
 	if (!g || !g->resp_time)
 		return XL_TC_NEXT;

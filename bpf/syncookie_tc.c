@@ -17,6 +17,7 @@
 #include "bucket.h"
 #include "clock.h"
 #include "conns.h"
+#include "gen.h"
 #include "maps.h"
 #include "match.h"
 #include "parse.h"
@@ -95,10 +96,10 @@ SEC("tc")
 int xlimit_tc_cookie(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
-	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
-	if (!active)
+	__u64 word = xl_gen_word(&zero);
+	if (word == XL_GEN_NONE)
 		return XL_TCX_NEXT;
-	__u32 gen = *active & 1;
+	__u32 gen = word & 1;
 	struct xl_cookie_cfg *cfg = bpf_map_lookup_elem(&xl_cookie_cfg, &gen);
 	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
 	if (!cfg || !g || !cfg->rules)

@@ -15,6 +15,9 @@
 #define XL_COUNTER_SLOTS (XL_MAX_RULES + 1)
 /* Config maps are double-buffered: generation 0 and 1, one of them active. */
 #define XL_GENERATIONS 2
+/* xl_gen's flag: a change of rules waits for its confirmation (xl_confirm);
+ * past its deadline the programs use the generation it returns to. */
+#define XL_GEN_CONFIRM (1u << 31)
 /* Ports of TCP and UDP have a rule mask each, in one array per generation. */
 #define XL_PORT_PROTOS 2
 #define XL_PORTS       65536
@@ -205,6 +208,15 @@ struct xl_limit {
 
 #define XL_GATE_ALL 0xffffffffu
 
+/* A change of rules waiting for its confirmation (config, written by the
+ * daemon only; read while xl_gen has XL_GEN_CONFIRM, gen.h). */
+struct xl_confirm_wait {
+	/* bpf_ktime_get_ns() time from which the previous rules are back. */
+	__u64 deadline_ns;
+	__u32 gen; /* the generation they are in, untouched meanwhile */
+	__u32 _pad;
+};
+
 /* Packet-independent settings of one generation (config). */
 struct xl_globals {
 	__u64 portless[XL_PROTO_MAX];	/* rules matching every packet of a class */
@@ -278,7 +290,7 @@ struct xl_flood_count {
 struct xl_flood {
 	__u64 mask; /* the rules the packet matched; 0: no memo */
 	__u64 tick; /* the tick of the run's clock read */
-	__u32 gen;  /* xl_gen's raw value, which every reload changes */
+	__u32 gen;  /* xl_gen's value as it applies (gen.h): every reload changes it */
 	__u32 left; /* drops left in the run (at most XL_SKIP_DROPS) */
 	__u8 slot;  /* the rule that dropped it: mask's lowest bit */
 	__u8 syn;   /* the packet was a TCP SYN without ACK */

@@ -11,6 +11,7 @@
 #include "conns.h"
 #include "flood.h"
 #include "frag.h"
+#include "gen.h"
 #include "refuse.h"
 #include "reset.h"
 #include "resptime.h"
@@ -164,10 +165,10 @@ int xlimit_xdp(struct xdp_md *ctx)
 	__u32 cookie = 0;
 	__u32 zero = 0;
 
-	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
-	if (!active)
+	__u64 word = xl_gen_word(&zero);
+	if (word == XL_GEN_NONE)
 		goto out;
-	__u32 gen = *active & 1;
+	__u32 gen = word & 1;
 	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
 	if (!g)
 		goto out;

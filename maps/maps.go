@@ -39,7 +39,8 @@ type Options struct {
 
 // Objects is a loaded XDP program with its maps.
 type Objects struct {
-	objs xdpObjects
+	objs      xdpObjects
+	fakeClock bool
 	// SourcesReset reports that the pinned per-source table had another
 	// size and was replaced by an empty one.
 	SourcesReset bool
@@ -64,7 +65,7 @@ func Load(opts Options) (*Objects, error) {
 	if opts.SourceTableSize > 0 {
 		spec.Maps[xdpMapXlSources].MaxEntries = uint32(opts.SourceTableSize)
 	}
-	var o Objects
+	o := Objects{fakeClock: opts.FakeClock}
 	if opts.PinDir == "" {
 		for _, m := range spec.Maps {
 			m.Pinning = ebpf.PinNone
@@ -134,7 +135,7 @@ func PinnedNames() []string {
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
-		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists,
+		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,
 	}
 }
 
@@ -150,10 +151,16 @@ type Tables struct {
 	// flood holds the flood memo's drops (bpf/flood.h), which Counters adds
 	// in; nil in pins of an xlimit from before it, which counted every drop
 	// in stats.
-	flood  *ebpf.Map
-	cookie *cookieMaps // cookie.go
-	resp   *respMaps   // resptime.go
-	owned  bool
+	flood *ebpf.Map
+	// confirm holds a pending confirmation's deadline (confirm.go); nil
+	// in pins of an xlimit from before it, which never has one.
+	confirm *ebpf.Map
+	// fakeClock: the programs read the time from clock (SetClock), and so
+	// do the deadlines' checks here.
+	fakeClock bool
+	cookie    *cookieMaps // cookie.go
+	resp      *respMaps   // resptime.go
+	owned     bool
 }
 
 // Tables returns access to the maps of loaded objects.
@@ -163,7 +170,8 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
-		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, cookie: o.cookieMaps(), resp: o.respMaps(),
+		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, confirm: m.XlConfirm,
+		cookie: o.cookieMaps(), resp: o.respMaps(), fakeClock: o.fakeClock,
 	}
 }
 
@@ -202,6 +210,12 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlFlood, err)
 	}
 	t.flood = fl
+	cf, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlConfirm), opts)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Close()
+		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlConfirm, err)
+	}
+	t.confirm = cf
 	c, err := openCookieMaps(dir, opts)
 	if err != nil {
 		t.Close()
@@ -222,7 +236,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -231,36 +245,52 @@ func (t *Tables) Close() error {
 	return errors.Join(errs...)
 }
 
-// ActiveGeneration returns the generation the program reads.
+// ActiveGeneration returns the generation the programs read now.
 func (t *Tables) ActiveGeneration() (uint32, error) {
 	g, err := t.reloads()
 	return g & 1, err
 }
 
-// reloads is xl_gen's raw value: a count of reloads whose lowest bit is
-// the active generation. The program's flood memo (bpf/flood.h) holds it,
-// so every reload voids the memos, even two within one tick that bring
-// the same generation back.
+// reloads is xl_gen's value as the programs apply it (bpf/gen.h): a count
+// of reloads whose lowest bit is the active generation. The program's
+// flood memo (bpf/flood.h) holds it, so every reload voids the memos,
+// even two within one tick that bring the same generation back, and so
+// does the deadline of a change waiting for its confirmation (confirm.go).
 func (t *Tables) reloads() (uint32, error) {
-	var g uint32
-	if err := t.gen.Lookup(uint32(0), &g); err != nil {
-		return 0, fmt.Errorf("read active generation: %w", err)
-	}
-	return g, nil
+	return t.effective()
 }
 
 // Apply writes plan into the inactive generation and then makes it active,
 // so the program switches from the old rules to the new ones between two
 // packets. Bucket state and counters are untouched: rules keep their slots
-// (dataplane.Compile) and their epochs.
+// (dataplane.Compile) and their epochs. A change waiting for its
+// confirmation ends: its previous rules come back first (Revert), and the
+// plan replaces both.
 func (t *Tables) Apply(p *dataplane.Plan) error {
-	cur, err := t.reloads()
+	return t.apply(p, 0)
+}
+
+// apply is Apply, and ApplyConfirm with a deadline (not 0).
+func (t *Tables) apply(p *dataplane.Plan, deadlineNS uint64) error {
+	// Never write the generation a pending change returns to, nor the one
+	// in force: settle it first.
+	if _, err := t.Revert(); err != nil {
+		return err
+	}
+	cur, err := t.rawGen()
 	if err != nil {
 		return err
 	}
 	next := cur + 1
 	if err := t.writeGeneration(next&1, p); err != nil {
 		return fmt.Errorf("write generation %d: %w", next&1, err)
+	}
+	if deadlineNS != 0 {
+		w := xdpXlConfirmWait{DeadlineNs: deadlineNS, Gen: cur & 1}
+		if err := t.confirm.Update(uint32(0), &w, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write the confirmation deadline: %w", err)
+		}
+		next |= genConfirm
 	}
 	if err := t.gen.Update(uint32(0), next, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("activate generation %d: %w", next&1, err)

@@ -34,6 +34,13 @@ type resptimeXlCache struct {
 	Skip    uint32
 }
 
+type resptimeXlConfirmWait struct {
+	_          structs.HostLayout
+	DeadlineNs uint64
+	Gen        uint32
+	Pad        uint32
+}
+
 type resptimeXlConns struct {
 	_     structs.HostLayout
 	Count int64
@@ -244,6 +251,7 @@ const (
 	resptimeMapXlCaches          = "xl_caches"
 	resptimeMapXlClock           = "xl_clock"
 	resptimeMapXlConfig          = "xl_config"
+	resptimeMapXlConfirm         = "xl_confirm"
 	resptimeMapXlConns           = "xl_conns"
 	resptimeMapXlFlood           = "xl_flood"
 	resptimeMapXlFrags           = "xl_frags"
@@ -320,6 +328,7 @@ type resptimeMapSpecs struct {
 	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConfirm     *ebpf.MapSpec `ebpf:"xl_confirm"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
@@ -372,6 +381,7 @@ type resptimeMaps struct {
 	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig      *ebpf.Map `ebpf:"xl_config"`
+	XlConfirm     *ebpf.Map `ebpf:"xl_confirm"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
@@ -399,6 +409,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlCaches,
 		m.XlClock,
 		m.XlConfig,
+		m.XlConfirm,
 		m.XlConns,
 		m.XlFlood,
 		m.XlFrags,

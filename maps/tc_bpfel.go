@@ -34,6 +34,13 @@ type tcXlCache struct {
 	Skip    uint32
 }
 
+type tcXlConfirmWait struct {
+	_          structs.HostLayout
+	DeadlineNs uint64
+	Gen        uint32
+	Pad        uint32
+}
+
 type tcXlConns struct {
 	_     structs.HostLayout
 	Count int64
@@ -278,6 +285,7 @@ const (
 	tcMapXlCaches        = "xl_caches"
 	tcMapXlClock         = "xl_clock"
 	tcMapXlConfig        = "xl_config"
+	tcMapXlConfirm       = "xl_confirm"
 	tcMapXlConns         = "xl_conns"
 	tcMapXlCookieCfg     = "xl_cookie_cfg"
 	tcMapXlCookieSock    = "xl_cookie_sock"
@@ -358,6 +366,7 @@ type tcMapSpecs struct {
 	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConfirm     *ebpf.MapSpec `ebpf:"xl_confirm"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
@@ -414,6 +423,7 @@ type tcMaps struct {
 	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig      *ebpf.Map `ebpf:"xl_config"`
+	XlConfirm     *ebpf.Map `ebpf:"xl_confirm"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
@@ -445,6 +455,7 @@ func (m *tcMaps) Close() error {
 		m.XlCaches,
 		m.XlClock,
 		m.XlConfig,
+		m.XlConfirm,
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieSock,

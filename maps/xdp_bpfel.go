@@ -40,6 +40,13 @@ type xdpXlCache struct {
 	Skip    uint32
 }
 
+type xdpXlConfirmWait struct {
+	_          structs.HostLayout
+	DeadlineNs uint64
+	Gen        uint32
+	Pad        uint32
+}
+
 type xdpXlConns struct {
 	_     structs.HostLayout
 	Count int64
@@ -358,6 +365,7 @@ const (
 	xdpMapXlCaches          = "xl_caches"
 	xdpMapXlClock           = "xl_clock"
 	xdpMapXlConfig          = "xl_config"
+	xdpMapXlConfirm         = "xl_confirm"
 	xdpMapXlConns           = "xl_conns"
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
 	xdpMapXlCookieSock      = "xl_cookie_sock"
@@ -452,6 +460,7 @@ type xdpMapSpecs struct {
 	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
 	XlConfig      *ebpf.MapSpec `ebpf:"xl_config"`
+	XlConfirm     *ebpf.MapSpec `ebpf:"xl_confirm"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
@@ -520,6 +529,7 @@ type xdpMaps struct {
 	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
 	XlConfig      *ebpf.Map `ebpf:"xl_config"`
+	XlConfirm     *ebpf.Map `ebpf:"xl_confirm"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
@@ -551,6 +561,7 @@ func (m *xdpMaps) Close() error {
 		m.XlCaches,
 		m.XlClock,
 		m.XlConfig,
+		m.XlConfirm,
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieSock,
