@@ -61,6 +61,7 @@ type Options struct {
 
 	stallAfter    time.Duration // fault injection (faults.go): the loop hangs after this
 	beforePrepare func()        // tests (export_test.go): runs where a document is prepared
+	revertFault   func() error  // tests (export_test.go): a revert's attempt fails with its error
 }
 
 // HostSignals reads the host's signals for the control loop: per rule, and
@@ -105,12 +106,20 @@ type daemon struct {
 	sourceTableSize int                   // of the attachments
 	reattachErr     map[string]string     // the last error of attaching again, logged once
 
-	api       *api.Server
-	prep      *preparer       // documents that arrive while running (prepare.go)
-	inForce   document        // the document in force (the loop goroutine's)
-	pending   *pendingConfirm // rules waiting for their confirmation (confirm.go)
-	confirmCh chan chan error
-	loopDone  chan struct{}
+	api     *api.Server
+	prep    *preparer       // documents that arrive while running (prepare.go)
+	inForce document        // the document in force (the loop goroutine's)
+	pending *pendingConfirm // rules waiting for their confirmation (confirm.go)
+	// confirm.go: the document in force as prepared; the deadline the
+	// control loop's rates are capped at; the plans a pending change
+	// returns to (guarded by mu, with bases); reverts done at the start.
+	inForcePrep  *prepared
+	capNS        uint64
+	reserved     map[string]*dataplane.Plan
+	bases        map[string]basePlan
+	startReverts int
+	confirmCh    chan chan error
+	loopDone     chan struct{}
 
 	rulesMu     sync.Mutex // guards the fields below against the API
 	rulesText   []byte
@@ -239,6 +248,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			return err
 		}
 		d.metrics = m
+		m.startReverts(d.startReverts)
 		m.collector.SetQueues(d.queueStats)
 		m.collector.SetFleet(d.fleetMetrics)
 	}

@@ -213,6 +213,7 @@ func (d *daemon) fill(iface string, s *Specs) func(t *maps.Tables) error {
 		if s == nil {
 			return errors.New("no rules to write")
 		}
+		d.settlePending(iface, t) // confirm.go
 		var prev *dataplane.Plan
 		if p, err := t.ReadPlan(); err == nil && len(p.ActiveSlots()) > 0 {
 			prev = p

@@ -67,11 +67,19 @@ func (m *metricsServer) reload(result string) {
 	}
 }
 
-// revert counts a revert for want of a confirmation; a nil
-// *metricsServer ignores it.
-func (m *metricsServer) revert() {
+// revert counts an attempt to revert for want of a confirmation, once
+// over: result is success or failure. A nil *metricsServer ignores it.
+func (m *metricsServer) revert(result string) {
 	if m != nil {
-		m.safety.Revert()
+		m.safety.Revert(result)
+	}
+}
+
+// startReverts counts the reverts done at the start, before the metrics
+// were served (a change left unconfirmed by a daemon that stopped).
+func (m *metricsServer) startReverts(n int) {
+	for range n {
+		m.revert("success")
 	}
 }
 

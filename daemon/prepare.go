@@ -24,6 +24,8 @@ type job struct {
 	doc     document
 	done    chan error    // the API's caller waits for the outcome; nil otherwise
 	confirm time.Duration // FromAPIPending: the deadline of its confirmation
+	// revertAt gets a FromAPIPending job's deadline once applied.
+	revertAt chan time.Time
 }
 
 // prepResult is a job prepared: p, or the error that refused it.
@@ -106,7 +108,7 @@ func (d *daemon) prepareDoc(doc document) (*prepared, error) {
 	d.mu.Lock()
 	against := make(map[string]*dataplane.Plan, len(d.attach))
 	for _, a := range d.attach {
-		against[a.Iface] = d.plans[a.Iface]
+		against[a.Iface] = d.baseLocked(a.Iface)
 	}
 	d.mu.Unlock()
 	p.plans = make(map[string]*dataplane.Plan, len(against))
@@ -122,21 +124,46 @@ func (d *daemon) prepareDoc(doc document) (*prepared, error) {
 }
 
 // finish commits a prepared job on the loop goroutine and answers its
-// caller.
+// caller. Jobs commit in the order they were submitted; a revert for want
+// of a confirmation (confirm.go) commits on the loop when it fires, ahead
+// of those not committed yet, which then replace it as any later document
+// does.
 func (d *daemon) finish(r prepResult) {
 	var err error
 	if r.err != nil {
 		d.rejected(r.doc, r.err)
 		err = r.err
+	} else if r.p == nil {
+		// The rules source's document in force already (applySource).
+		err = d.applyDocument(r.doc, nil)
 	} else {
-		prev := d.inForce
+		was, wasPlans := d.inForcePrep, d.plansInForce()
+		d.beforeCommit(&r)
 		if err = d.applyDocument(r.doc, r.p); err == nil {
-			d.afterCommit(r.doc, prev, r.confirm)
+			d.afterCommit(r.p, was, wasPlans)
+			if r.revertAt != nil {
+				r.revertAt <- r.p.confirmAt
+			}
+		} else if d.pending != nil {
+			d.capNS = d.pending.deadlineNS
+		} else {
+			d.capNS = 0
 		}
 	}
 	if r.done != nil {
 		r.done <- err
 	}
+}
+
+// plansInForce is a copy of the plans in force, by interface.
+func (d *daemon) plansInForce() map[string]*dataplane.Plan {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]*dataplane.Plan, len(d.plans))
+	for k, v := range d.plans {
+		out[k] = v
+	}
+	return out
 }
 
 // untilDone runs f on its own goroutine and returns its result, or

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
@@ -52,7 +53,7 @@ var origins = [...]struct{ name, applied, rejected string }{
 	FromSnapshot:   {"snapshot", "rules from the local snapshot of the rules source", "the local snapshot is rejected"},
 	FromBootstrap:  {"bootstrap", "rules from the bootstrap rules file", "the bootstrap rules file is rejected"},
 	FromAPIPending: {"api_unconfirmed", "reloaded from the API, waiting for its confirmation", "rules from the API rejected; the running rules stay in force"},
-	FromRevert:     {"revert", "reverted to the previous rules", "REVERT FAILED; the unconfirmed rules stay in force"},
+	FromRevert:     {"revert", "reverted to the previous rules", "REVERT FAILED; the kernel keeps the previous rules (its deadline), the daemon tries again"},
 }
 
 func (o Origin) String() string { return origins[o].name }
@@ -75,6 +76,11 @@ type prepared struct {
 	// plans, compiled off the loop (prepareDoc), are valid while the
 	// plans in force are still against's.
 	plans, against map[string]*dataplane.Plan
+	// confirmNS, when not 0, is the kernel's deadline of a change that
+	// waits for its confirmation (CLOCK_MONOTONIC), and confirmAt the
+	// same instant on the wall clock (confirm.go).
+	confirmNS uint64
+	confirmAt time.Time
 }
 
 // prepare parses, validates and translates a document, and adds the
@@ -136,7 +142,7 @@ func (d *daemon) commit(p *prepared) error {
 		return err
 	}
 	d.persist(p.doc)
-	d.inForce = p.doc
+	d.inForce, d.inForcePrep = p.doc, p
 	d.keepGuard(p)
 	d.setRules(p.doc.text, p.doc.label, p.specs)
 	for _, w := range p.cfg.Warnings {
@@ -162,7 +168,9 @@ func (d *daemon) apply(pd *prepared) error {
 	}
 	plans := make(map[string]*dataplane.Plan, len(d.attach))
 	for _, a := range d.attach {
-		prev := d.plans[a.Iface]
+		d.mu.Lock()
+		prev := d.baseLocked(a.Iface)
+		d.mu.Unlock()
 		if p, ok := pd.plans[a.Iface]; ok && pd.against[a.Iface] == prev {
 			plans[a.Iface] = p
 			continue
@@ -184,7 +192,15 @@ func (d *daemon) apply(pd *prepared) error {
 		return err
 	}
 	for _, a := range d.attach {
-		if err := a.Tables().Apply(plans[a.Iface]); err != nil {
+		var err error
+		if pd.confirmNS != 0 {
+			// The kernel keeps the deadline: the rules in force now come
+			// back then with or without a daemon (confirm.go).
+			err = a.Tables().ApplyConfirm(plans[a.Iface], pd.confirmNS)
+		} else {
+			err = a.Tables().Apply(plans[a.Iface])
+		}
+		if err != nil {
 			return fmt.Errorf("apply rules to %s: %w", a.Iface, err)
 		}
 		d.mu.Lock()
@@ -343,7 +359,7 @@ func (d *daemon) targets(s *Specs) map[string][]control.Target {
 		for _, a := range d.attach {
 			p := d.plans[a.Iface]
 			if slot := p.Slot(r.Name); slot >= 0 {
-				targets[r.Name] = append(targets[r.Name], control.Target{Kernel: a.Tables(), Slot: slot, Epoch: p.Rules[slot].Epoch})
+				targets[r.Name] = append(targets[r.Name], control.Target{Kernel: cappedKernel{a.Tables(), d}, Slot: slot, Epoch: p.Rules[slot].Epoch})
 			}
 		}
 	}

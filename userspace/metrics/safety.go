@@ -13,24 +13,30 @@ import (
 type Safety struct {
 	attached func() map[string]bool
 	desc     *prometheus.Desc
-	reverts  prometheus.Counter
+	reverts  *prometheus.CounterVec
 }
 
 // NewSafety returns the collector; attached lists the configured
 // interfaces and whether the program is attached to each.
 func NewSafety(attached func() map[string]bool) *Safety {
-	return &Safety{
+	s := &Safety{
 		attached: attached,
 		desc: prometheus.NewDesc("xlimit_interface_attached",
 			"1 when the XDP program is attached to this configured interface, 0 when it is not (the interface was deleted and is not back): its traffic is then unprotected.",
 			[]string{"iface"}, nil),
-		reverts: prometheus.NewCounter(prometheus.CounterOpts{Name: "xlimit_rules_reverts_total",
-			Help: "Rules applied with a confirmation deadline (xlimit apply --confirm) that were reverted to the previous rules because no confirmation came."}),
+		reverts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xlimit_rules_reverts_total",
+			Help: "Attempts to revert rules applied with a confirmation deadline (xlimit apply --confirm) to the previous rules because no confirmation came, counted once over, by result (success, failure: retried)."},
+			[]string{"result"}),
 	}
+	for _, r := range []string{"success", "failure"} {
+		s.reverts.WithLabelValues(r)
+	}
+	return s
 }
 
-// Revert counts one revert.
-func (s *Safety) Revert() { s.reverts.Inc() }
+// Revert counts one attempt to revert, once over: result is success or
+// failure.
+func (s *Safety) Revert(result string) { s.reverts.WithLabelValues(result).Inc() }
 
 // Describe implements prometheus.Collector.
 func (s *Safety) Describe(ch chan<- *prometheus.Desc) {

@@ -10,7 +10,9 @@ import (
 
 func TestSafety(t *testing.T) {
 	s := NewSafety(func() map[string]bool { return map[string]bool{"eth0": true, "eth1": false} })
-	s.Revert()
+	s.Revert("failure")
+	s.Revert("success")
+	s.Revert("failure")
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s)
 	want := `
@@ -18,9 +20,10 @@ func TestSafety(t *testing.T) {
 # TYPE xlimit_interface_attached gauge
 xlimit_interface_attached{iface="eth0"} 1
 xlimit_interface_attached{iface="eth1"} 0
-# HELP xlimit_rules_reverts_total Rules applied with a confirmation deadline (xlimit apply --confirm) that were reverted to the previous rules because no confirmation came.
+# HELP xlimit_rules_reverts_total Attempts to revert rules applied with a confirmation deadline (xlimit apply --confirm) to the previous rules because no confirmation came, counted once over, by result (success, failure: retried).
 # TYPE xlimit_rules_reverts_total counter
-xlimit_rules_reverts_total 1
+xlimit_rules_reverts_total{result="failure"} 2
+xlimit_rules_reverts_total{result="success"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
