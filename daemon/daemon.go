@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -341,6 +342,16 @@ func (d *daemon) attachAll(ifaces []string, start *prepared) error {
 		d.setAttached(iface, true)
 		id, _ := a.ProgramID()
 		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
+		if a.Resumed {
+			d.log.Warn("completed the migration of the pins that a daemon stopped in the middle of", "iface", iface)
+		}
+		if len(a.Migrated) > 0 {
+			reports := make([]string, len(a.Migrated))
+			for i, r := range a.Migrated {
+				reports[i] = r.String()
+			}
+			d.log.Warn("pins of an xlimit with other map layouts migrated to this version's: same link, program swapped, state converted", "iface", iface, "maps", strings.Join(reports, "; "))
+		}
 		if a.SourcesReset {
 			d.log.Warn("the per-source table changed size: per-source buckets start afresh", "iface", iface, "size", sources)
 		}

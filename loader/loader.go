@@ -88,6 +88,12 @@ type Attachment struct {
 	// counted (the sock_ops program is not attached): concurrency limits
 	// then never refuse a connection. Everything else works.
 	ConnCountErr error
+	// Migrated, when not nil, says what became of each pinned map: the
+	// pins were of an xlimit whose map layouts differ, and were carried
+	// into this one's (migrate.go). Resumed: a migration that a daemon
+	// left half-done was completed first.
+	Migrated []maps.MapReport
+	Resumed  bool
 	// RespTimeErr, when not nil, says why responses are not timed (the TC
 	// egress program is not attached, resptime.go): rules with signal
 	// response_time are then refused. Everything else works.
@@ -135,12 +141,31 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if a.lock, err = lockDir(a.Dir); err != nil {
 		return nil, err
 	}
+	if a.Resumed, err = resumeMigration(a.Dir); err != nil {
+		return nil, err
+	}
 	// Maps pinned by an earlier daemon are adopted as they are, state and
-	// all; the library refuses ones whose layout differs.
-	if a.objs, err = maps.Load(maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize}); err != nil {
-		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			return nil, fmt.Errorf("adopt maps pinned in %s (from an incompatible xlimit; run 'xlimit detach --iface %s' first): %w", a.Dir, iface, err)
+	// all; pins of an xlimit whose layouts differ are migrated (the
+	// program attached keeps enforcing until the swap).
+	var mig *maps.Migration
+	a.objs, err = maps.Load(maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize})
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		mig, err = maps.LoadMigrating(maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize}, filepath.Join(a.Dir, migratingDir))
+		if err != nil {
+			return nil, fmt.Errorf("migrate the maps pinned in %s to this version's layouts (the program attached keeps enforcing): %w", a.Dir, err)
 		}
+		a.objs = mig.Objects()
+		defer func() {
+			if mig != nil && err != nil && !errors.Is(err, errTestCrash) {
+				// Before the swap: the old program and its pins stay.
+				_ = mig.Abort()
+			}
+		}()
+		mig.ConvertConfig()
+		if err := crashAt("loaded"); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
 		return nil, err
 	}
 	a.SourcesReset = a.objs.SourcesReset
@@ -151,6 +176,15 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if opts.Fill != nil {
 		if err := opts.Fill(a.objs.Tables()); err != nil {
 			return nil, fmt.Errorf("write the rules before attaching to %s: %w", iface, err)
+		}
+	}
+
+	if mig != nil {
+		// The state last, just before the swap: what the old program
+		// changes after its copy is lost.
+		mig.ConvertState()
+		if err := crashAt("converted"); err != nil {
+			return nil, err
 		}
 	}
 
@@ -181,6 +215,19 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 		}
 	}
 	a.Mode = currentMode(a.Ifindex)
+	if mig != nil {
+		// Swapped: from here on the staged maps are in use; a failure
+		// leaves them for the next start to complete (resumeMigration).
+		m := mig
+		mig = nil
+		if err := crashAt("swapped"); err != nil {
+			return nil, err
+		}
+		if err := m.Commit(); err != nil {
+			return nil, err
+		}
+		a.Migrated = m.Reports()
+	}
 
 	cgroup := opts.Cgroup
 	if cgroup == "" {
@@ -301,7 +348,11 @@ func Detach(bpffs, iface string) error {
 		errs = append(errs, fmt.Errorf("read %s: %w", dir, err))
 	}
 	for _, e := range entries {
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+		remove := os.Remove
+		if e.IsDir() {
+			remove = os.RemoveAll // a migration's staging directory
+		}
+		if err := remove(filepath.Join(dir, e.Name())); err != nil {
 			errs = append(errs, fmt.Errorf("remove pin: %w", err))
 		}
 	}

@@ -51,19 +51,13 @@ func Spec() (*ebpf.CollectionSpec, error) {
 	return loadXdp()
 }
 
-// Load loads the program and creates (or adopts) its maps.
+// Load loads the program and creates (or adopts) its maps. Pins of an
+// earlier xlimit whose layout differs are refused with an error wrapping
+// ebpf.ErrMapIncompatible; LoadMigrating carries them over.
 func Load(opts Options) (*Objects, error) {
-	spec, err := loadXdp()
+	spec, err := loadSpec(opts)
 	if err != nil {
-		return nil, fmt.Errorf("load spec: %w", err)
-	}
-	if opts.FakeClock {
-		if err := spec.Variables[xdpVarXlCfgFakeClock].Set(uint32(1)); err != nil {
-			return nil, fmt.Errorf("set fake clock: %w", err)
-		}
-	}
-	if opts.SourceTableSize > 0 {
-		spec.Maps[xdpMapXlSources].MaxEntries = uint32(opts.SourceTableSize)
+		return nil, err
 	}
 	o := Objects{fakeClock: opts.FakeClock}
 	if opts.PinDir == "" {
@@ -83,19 +77,41 @@ func Load(opts Options) (*Objects, error) {
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
 	})
 	if err != nil {
-		if errors.Is(err, os.ErrPermission) {
-			// EPERM from map or program creation, EACCES from a verifier
-			// that refuses an unprivileged program: either way a missing
-			// capability, not a bug to debug from a verifier log.
-			return nil, fmt.Errorf("load program: %w: %s", errors.Unwrap(err), ErrCapabilities)
-		}
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load program: %+v", ve)
-		}
-		return nil, fmt.Errorf("load program: %w", err)
+		return nil, loadError(err)
 	}
 	return &o, nil
+}
+
+// loadSpec is the embedded collection spec set up as opts say.
+func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
+	spec, err := loadXdp()
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	if opts.FakeClock {
+		if err := spec.Variables[xdpVarXlCfgFakeClock].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set fake clock: %w", err)
+		}
+	}
+	if opts.SourceTableSize > 0 {
+		spec.Maps[xdpMapXlSources].MaxEntries = uint32(opts.SourceTableSize)
+	}
+	return spec, nil
+}
+
+// loadError says what a failed load of the collection means.
+func loadError(err error) error {
+	if errors.Is(err, os.ErrPermission) {
+		// EPERM from map or program creation, EACCES from a verifier
+		// that refuses an unprivileged program: either way a missing
+		// capability, not a bug to debug from a verifier log.
+		return fmt.Errorf("load program: %w: %s", errors.Unwrap(err), ErrCapabilities)
+	}
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("load program: %+v", ve)
+	}
+	return fmt.Errorf("load program: %w", err)
 }
 
 func unpinIfResized(path string, want uint32) (bool, error) {

@@ -1,0 +1,316 @@
+//go:build linux
+
+package maps
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// oldPins is the last release's program loaded over a pin directory of
+// its own, as its daemon left it: rules written in its layout.
+type oldPins struct {
+	coll *ebpf.Collection
+	spec *ebpf.CollectionSpec
+	dir  string
+}
+
+// loadOldRelease loads the fixture's program with the fake clock, its maps
+// pinned in dir.
+func loadOldRelease(t *testing.T, dir string) *oldPins {
+	t.Helper()
+	spec, err := ebpf.LoadCollectionSpec(oldRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Variables["xl_cfg_fake_clock"].Set(uint32(1)); err != nil {
+		t.Fatal(err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}})
+	if err != nil {
+		t.Fatalf("load the old release: %v", err)
+	}
+	t.Cleanup(func() { coll.Close() })
+	return &oldPins{coll: coll, spec: spec, dir: dir}
+}
+
+// put writes v, a value of this program's layout for map name, into the
+// old map converted to the old layout (the converter, backwards).
+func (o *oldPins) put(t *testing.T, name string, key, v any) {
+	t.Helper()
+	cur, err := loadXdp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newConverter(o.spec.Maps[name].Value, cur.Maps[name].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := binary.Write(&b, binary.NativeEndian, v); err != nil {
+		t.Fatal(err)
+	}
+	old, err := c.convert(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.coll.Maps[name].Update(key, old, ebpf.UpdateAny); err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+}
+
+// apply writes plan into generation 1 of the old maps and makes it
+// active, as the old daemon did.
+func (o *oldPins) apply(t *testing.T, p *dataplane.Plan) {
+	t.Helper()
+	const gen = 1
+	for s := range p.Rules {
+		r := ruleToKernel(&p.Rules[s])
+		o.put(t, xdpMapXlRules, uint32(gen*dataplane.MaxRules+s), &r)
+	}
+	g := xdpXlGlobals{Portless: p.Globals.Portless, FragMatch: p.Globals.FragMatch, SynOnly: p.Globals.SynOnly, Flags: p.Globals.Flags &^ dataplane.GlobalPrefilter}
+	o.put(t, xdpMapXlConfig, uint32(gen), &g)
+	for k, mask := range p.Ports {
+		if err := o.coll.Maps[xdpMapXlPorts].Update(uint32(gen<<17)|k, mask, ebpf.UpdateAny); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.coll.Maps[xdpMapXlGen].Update(uint32(0), uint32(gen), ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs frame n times at now through the old program and returns how
+// many passed.
+func (o *oldPins) run(t *testing.T, frame []byte, now uint64, n int) int {
+	t.Helper()
+	if err := o.coll.Maps["xl_clock"].Update(uint32(0), now, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	passed := 0
+	for range n {
+		ret, err := o.coll.Programs["xlimit_xdp"].Run(&ebpf.RunOptions{Data: frame})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret == xdpPass {
+			passed++
+		}
+	}
+	return passed
+}
+
+// runNew is run through the new program.
+func runNew(t *testing.T, o *Objects, frame []byte, now uint64, n int) int {
+	t.Helper()
+	if err := o.Tables().SetClock(now); err != nil {
+		t.Fatal(err)
+	}
+	passed := 0
+	for range n {
+		ret, err := o.Program().Run(&ebpf.RunOptions{Data: frame})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret == xdpPass {
+			passed++
+		}
+	}
+	return passed
+}
+
+// TestMigrateOldReleasePins: pins of the last release (2392467: its
+// xl_config, xl_limits, xl_caches and xl_stats had other layouts, which
+// Load refuses) are carried into this program's layout by LoadMigrating:
+// the rules keep their slot, the bucket keeps its fill (no burst after
+// the migration), the counters keep their counts and grow from there,
+// the old program runs its own rules until the end whatever the new
+// daemon writes, and after Commit the pins adopt as this program's.
+func TestMigrateOldReleasePins(t *testing.T) {
+	requireRoot(t)
+	pinToOneCPU(t)
+	pins := privatePinDir(t)
+	stage := filepath.Join(pins, "migrating")
+	old := loadOldRelease(t, pins)
+	spec := &dataplane.Spec{Rules: []dataplane.RuleSpec{{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 10, Burst: 5}}}
+	plan := compile(t, spec, nil)
+	old.apply(t, plan)
+	slot := plan.Slot("dns")
+	frame := build(udpTo(srcA4, 53))
+	t0 := 1000 * second
+	if got := old.run(t, frame, t0, 20); got != 5 {
+		t.Fatalf("the old program admitted %d of 20, want its burst of 5", got)
+	}
+
+	if _, err := Load(Options{PinDir: pins, FakeClock: true}); !errors.Is(err, ebpf.ErrMapIncompatible) {
+		t.Fatalf("Load over the old pins: %v, want ErrMapIncompatible", err)
+	}
+	mig, err := LoadMigrating(Options{PinDir: pins, FakeClock: true}, stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mig.Objects()
+	t.Cleanup(func() { o.Close() })
+	mig.ConvertConfig()
+	tab := o.Tables()
+	base, err := tab.ReadPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Slot("dns") != slot || base.Rules[slot].Epoch != plan.Rules[slot].Epoch || base.Rules[slot].Fallback != plan.Rules[slot].Fallback {
+		t.Fatalf("the plan read back from the converted config: %+v, want rule dns in slot %d as written", base.Rules[slot], slot)
+	}
+	// The new daemon writes its rules (here: a shadow rule, which would
+	// pass everything) into the new maps; the old program is unaffected.
+	shadow := *spec
+	shadow.Rules = slices.Clone(spec.Rules)
+	shadow.Rules[0].Shadow = true
+	if err := tab.Apply(compile(t, &shadow, base)); err != nil {
+		t.Fatal(err)
+	}
+	if got := old.run(t, frame, t0, 3); got != 0 {
+		t.Errorf("the old program admitted %d once the new rules were written: it must run its own until it is replaced", got)
+	}
+	if err := tab.Apply(compile(t, spec, base)); err != nil {
+		t.Fatal(err)
+	}
+	mig.ConvertState()
+
+	for _, r := range mig.Reports() {
+		t.Logf("%s", r)
+	}
+	reports := map[string]MapReport{}
+	for _, r := range mig.Reports() {
+		reports[r.Name] = r
+	}
+	for name, how := range map[string]string{
+		xdpMapXlGen: "copied", xdpMapXlConfig: "converted", xdpMapXlStats: "converted", xdpMapXlCaches: "converted",
+		xdpMapXlLimits: "converted", xdpMapXlBuckets: "shared", xdpMapXlFlood: "new",
+	} {
+		if r := reports[name]; r.How != how || r.Err != nil || r.Dropped != 0 {
+			t.Errorf("%s: %s, want %s without loss", name, r, how)
+		}
+	}
+	if r := reports[xdpMapXlStats]; !slices.Contains(r.Added, "resets") {
+		t.Errorf("xl_stats: added %v, want resets among them", r.Added)
+	}
+
+	// Counters: what the old program counted, in the new layout.
+	c := o.Tables()
+	got, err := c.Counters(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Packets[dataplane.VerdictPass] != 5 || got.Packets[dataplane.VerdictDrop] != 18 || got.Reasons[dataplane.ReasonRule] != 18 {
+		t.Errorf("after the migration slot %d counts %s, want the old program's pass 5, drop 18 (rule 18)", slot, fmtCounters(got))
+	}
+	// The bucket: empty at t0, one token per 100 ms, as the old program
+	// left it; a bucket that started afresh would admit its burst of 5.
+	if n := runNew(t, o, frame, t0, 5); n != 0 {
+		t.Errorf("the new program admitted %d at the migration's instant: the bucket lost its fill", n)
+	}
+	if n := runNew(t, o, frame, t0+second/10, 5); n != 1 {
+		t.Errorf("the new program admitted %d 100 ms later, want the one token of 100 ms at 10/s", n)
+	}
+	after, err := c.Counters(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Packets[dataplane.VerdictPass] != 6 || after.Packets[dataplane.VerdictDrop] != 27 {
+		t.Errorf("counters went on to %s, want pass 6, drop 27", fmtCounters(after))
+	}
+
+	if err := mig.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stage); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the staging directory is still there: %v", err)
+	}
+	// The pins are this program's now: a plain load adopts them, state and
+	// all.
+	again, err := Load(Options{PinDir: pins, FakeClock: true})
+	if err != nil {
+		t.Fatalf("Load after the migration: %v", err)
+	}
+	defer again.Close()
+	ag, err := again.Tables().Counters(slot)
+	if err != nil || ag != after {
+		t.Errorf("the adopted counters: %s, %v; want %s", fmtCounters(ag), err, fmtCounters(after))
+	}
+	entries, _ := os.ReadDir(pins)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Contains(names, xdpMapXlFlood) || !slices.Contains(names, xdpMapXlConfig) {
+		t.Errorf("pins after the migration: %s", strings.Join(names, " "))
+	}
+}
+
+// TestMigrateAbandoned: a migration abandoned before its swap (a daemon
+// that died) leaves the old program running its own rules with its own
+// pins, and the next one starts over from them.
+func TestMigrateAbandoned(t *testing.T) {
+	requireRoot(t)
+	pinToOneCPU(t)
+	pins := privatePinDir(t)
+	stage := filepath.Join(pins, "migrating")
+	old := loadOldRelease(t, pins)
+	spec := &dataplane.Spec{Rules: []dataplane.RuleSpec{{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 10, Burst: 5}}}
+	old.apply(t, compile(t, spec, nil))
+	frame := build(udpTo(srcA4, 53))
+	t0 := 1000 * second
+	old.run(t, frame, t0, 20)
+
+	mig, err := LoadMigrating(Options{PinDir: pins, FakeClock: true}, stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig.ConvertConfig()
+	tab := mig.Objects().Tables()
+	base, err := tab.ReadPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Apply(compile(t, &dataplane.Spec{}, base)); err != nil {
+		t.Fatal(err)
+	}
+	mig.ConvertState()
+	mig.Objects().Close() // the daemon dies: no Commit, no Abort
+	if got := old.run(t, frame, t0, 3); got != 0 {
+		t.Errorf("the old program admitted %d after an abandoned migration, want its own rules (0)", got)
+	}
+	ids, err := StagedMapIDs(stage)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("staged maps: %v, %v; want the abandoned migration's", ids, err)
+	}
+	mig2, err := LoadMigrating(Options{PinDir: pins, FakeClock: true}, stage)
+	if err != nil {
+		t.Fatalf("a second migration: %v", err)
+	}
+	defer mig2.Objects().Close()
+	mig2.ConvertConfig()
+	mig2.ConvertState()
+	if r := mig2.report(xdpMapXlStats); r == nil || r.How != "converted" || r.Entries == 0 {
+		t.Errorf("the second migration's xl_stats: %v", r)
+	}
+	ids2, _ := StagedMapIDs(stage)
+	for name, id := range ids2 {
+		if ids[name] == id {
+			t.Errorf("%s: the second migration reused the first's map %d", name, id)
+		}
+	}
+	if err := mig2.Abort(); err != nil {
+		t.Fatal(err)
+	}
+}

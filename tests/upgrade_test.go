@@ -1,0 +1,185 @@
+//go:build linux
+
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Earlier releases the upgrade test starts from: cd7296b (main when the
+// migration was written, the same layouts as today but for maps added
+// since) and 2392467 (three days before it: xl_config was 104 bytes, the
+// counters had 14 reasons, and today's xlimit refused its pins).
+var upgradeFrom = []string{"cd7296b", "2392467"}
+
+var oldBins struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+// oldBinary builds xlimit at commit from this repository's history, once
+// per test binary, with the module cache (GOPROXY=off: nothing is
+// downloaded). A clone without that commit (a shallow one) skips.
+func oldBinary(t *testing.T, commit string) string {
+	t.Helper()
+	oldBins.Lock()
+	defer oldBins.Unlock()
+	if b := oldBins.bins[commit]; b != "" {
+		return b
+	}
+	if err := exec.Command("git", "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		t.Skipf("commit %s is not in this clone's history (a shallow clone?): the upgrade from it cannot be built; CI has a full clone", commit)
+	}
+	if oldBins.dir == "" {
+		dir, err := os.MkdirTemp("", "xlimit-old-bins")
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldBins.dir, oldBins.bins = dir, map[string]string{}
+	}
+	src := filepath.Join(oldBins.dir, commit)
+	if err := os.MkdirAll(src, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("find the repository: %v", err)
+	}
+	// From the top: in a subdirectory git archive takes that one only.
+	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C %s archive %s | tar -x -C %s", strings.TrimSpace(string(top)), commit, src))
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("extract %s: %v: %s", commit, err, out)
+	}
+	bin := filepath.Join(oldBins.dir, "xlimit-"+commit)
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/xlimit")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOPROXY=off", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build xlimit at %s: %v: %s", commit, err, out)
+	}
+	oldBins.bins[commit] = bin
+	return bin
+}
+
+// startBinary is startDaemon with another xlimit binary.
+func (e *env) startBinary(bin, rules string) *daemon {
+	e.t.Helper()
+	args := []string{"run", "--config", rules, "--iface", e.lab.ServerIf, "--bpffs", e.bpffs,
+		"--state-dir", e.stateDir, "--metrics-addr", "", "--log-level", "debug",
+		"--api-socket", filepath.Join(e.dir, "api.sock")}
+	d := &daemon{t: e.t, exited: make(chan struct{})}
+	d.cmd = e.lab.Server.Command(context.Background(), bin, args...)
+	d.cmd.Stdout, d.cmd.Stderr = d, d
+	if err := d.cmd.Start(); err != nil {
+		e.t.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		d.exitErr = d.cmd.Wait()
+		close(d.exited)
+	}()
+	e.t.Cleanup(func() {
+		d.kill()
+		if e.t.Failed() {
+			e.t.Logf("log of %s:\n%s", filepath.Base(bin), d.Log())
+		}
+	})
+	d.waitLog("msg=enforcing", 30*time.Second)
+	return d
+}
+
+// ruleCounters reads a rule's packet counters with an xlimit binary's
+// `status --json` (an old one reads its own layouts).
+func (e *env) ruleCounters(bin, rule string) (pass, drop uint64, link uint32) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := e.lab.Server.Command(ctx, bin, "status", "--json", "--iface", e.lab.ServerIf, "--bpffs", e.bpffs).CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("%s status: %v: %s", filepath.Base(bin), err, out)
+	}
+	var rep statusReport
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Interfaces) != 1 {
+		e.t.Fatalf("decode status: %v: %s", err, out)
+	}
+	p, d, _, _ := rep.rule(rule)
+	return p, d, rep.Interfaces[0].LinkID
+}
+
+// TestUpgradeUnderFlood: a daemon of an earlier release enforces a
+// 1000 pkt/s limit (burst 1000) under a 50 000 pkt/s flood; it stops and
+// today's daemon starts over its pins, adopting them or migrating them to
+// today's layouts. The limit holds throughout: every 100 ms, the packets
+// the socket received in the second before (kernel receive timestamps)
+// are at most 1.05 x 1000; a program missing for a moment, or a bucket
+// that started afresh (its burst of 1000 at once), would show above. The
+// same link stays, and the counters carry on.
+func TestUpgradeUnderFlood(t *testing.T) {
+	for _, commit := range upgradeFrom {
+		t.Run(commit, func(t *testing.T) {
+			old := oldBinary(t, commit)
+			e := newEnv(t)
+			udp, _ := e.services(false)
+			rules := e.writeRules("rules.yaml", limitRules())
+			d1 := e.startBinary(old, rules)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			const dur = 14 * time.Second
+			start := time.Now()
+			wait := e.flood(ctx, false, 50000, dur)
+			time.Sleep(4 * time.Second)
+			p0, dr0, link0 := e.ruleCounters(old, "udp-flood")
+			if err := d1.signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			stopped := time.Now()
+			d2 := e.startDaemon(rules)
+			upgraded := time.Now()
+			sent := wait()
+			udp.Settle(200*time.Millisecond, 2*time.Second)
+			p1, dr1, link1 := e.ruleCounters(xlimitBin, "udp-flood")
+
+			// From 2.5 s (the first attach's full bucket spent) to the end.
+			var worst, least float64 = 0, 1e9
+			var worstAt time.Duration
+			samples := 0
+			for at := start.Add(2500 * time.Millisecond); at.Before(start.Add(dur - 200*time.Millisecond)); at = at.Add(100 * time.Millisecond) {
+				n := float64(udp.CountBetween(at.Add(-time.Second), at))
+				samples++
+				if n > worst {
+					worst, worstAt = n, at.Sub(start)
+				}
+				least = min(least, n)
+			}
+			migrated := strings.Contains(d2.Log(), "migrated")
+			t.Logf("e2e upgrade from %s under a %.0f pkt/s flood: stopped at %v, today's daemon enforcing %v later (migrated: %v); %d samples every 100 ms of the second before: max %.0f (at %v), min %.0f pkt/s for a limit of %d; link %d -> %d; counters pass/drop %d/%d -> %d/%d",
+				commit, sent.PPS(), stopped.Sub(start).Round(time.Millisecond), upgraded.Sub(stopped).Round(time.Millisecond), migrated, samples,
+				worst, worstAt.Round(100*time.Millisecond), least, limitPPS, link0, link1, p0, dr0, p1, dr1)
+			if sent.PPS() < 5*limitPPS {
+				t.Fatalf("the flood reached only %.0f pkt/s: not a flood", sent.PPS())
+			}
+			if worst > 1.05*limitPPS {
+				t.Errorf("the limit did not hold through the upgrade: %.0f packets in the second before %v, want at most %.0f", worst, worstAt.Round(100*time.Millisecond), 1.05*limitPPS)
+			}
+			if !strings.Contains(d2.Log(), "adopted=true") {
+				t.Errorf("today's daemon did not adopt the pinned link")
+			}
+			if link1 != link0 {
+				t.Errorf("a second attachment: link %d became %d", link0, link1)
+			}
+			if p1 < p0 || dr1 <= dr0 {
+				t.Errorf("counters went backwards or stopped: %d/%d -> %d/%d", p0, dr0, p1, dr1)
+			}
+		})
+	}
+}
