@@ -186,6 +186,12 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 		if err := crashAt("converted"); err != nil {
 			return nil, err
 		}
+		if err := mig.PinProgram(); err != nil {
+			return nil, err
+		}
+		if err := crashAt("pinned"); err != nil {
+			return nil, err
+		}
 	}
 
 	pin := filepath.Join(a.Dir, linkPin)

@@ -40,41 +40,39 @@ func crashAt(step string) error {
 }
 
 // resumeMigration finishes or forgets what a migration left in the
-// staging directory when its daemon died: when the program of the pinned
-// link uses any of the staged maps, the swap happened and the pins are
-// replaced now; otherwise the old program still runs on the old pins and
-// the staged maps are garbage.
+// staging directory when its daemon died: when the pinned link runs the
+// program the migration pinned there before its swap, the swap happened
+// and the pins are replaced now; otherwise the old program still runs on
+// the old pins and the staged maps are garbage.
 func resumeMigration(dir string) (resumed bool, err error) {
 	stage := filepath.Join(dir, migratingDir)
-	ids, err := maps.StagedMapIDs(stage)
-	if err != nil || ids == nil {
+	staged, exists, err := maps.StagedProgramID(stage)
+	if err != nil || !exists {
 		return false, err
 	}
-	inUse := map[ebpf.MapID]bool{}
-	if l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil); err == nil {
-		if info, err := l.Info(); err == nil {
-			if p, err := ebpf.NewProgramFromID(info.Program); err == nil {
-				if pi, err := p.Info(); err == nil {
-					mids, _ := pi.MapIDs()
-					for _, id := range mids {
-						inUse[id] = true
-					}
-				}
-				p.Close()
-			}
+	if staged != 0 && linkProgram(dir) == staged {
+		if err := maps.CommitStaged(dir, stage); err != nil {
+			return false, fmt.Errorf("complete the migration of %s: %w", dir, err)
 		}
-		l.Close()
-	}
-	for _, id := range ids {
-		if inUse[id] {
-			if err := maps.CommitStaged(dir, stage); err != nil {
-				return false, fmt.Errorf("complete the migration of %s: %w", dir, err)
-			}
-			return true, nil
-		}
+		return true, nil
 	}
 	if err := os.RemoveAll(stage); err != nil {
 		return false, fmt.Errorf("remove the migration left in %s: %w", stage, err)
 	}
 	return false, nil
+}
+
+// linkProgram is the id of the program of the XDP link pinned in dir, or
+// 0.
+func linkProgram(dir string) ebpf.ProgramID {
+	l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil)
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return 0
+	}
+	return info.Program
 }

@@ -20,8 +20,8 @@ import (
 )
 
 // oldRelease is the XDP object of 2392467, whose xl_config, xl_limits,
-// xl_caches and xl_stats had other layouts (maps/testdata).
-const oldRelease = "../maps/testdata/xdp-2392467.o"
+// xl_caches and xl_stats had other layouts (maps/layouts).
+const oldRelease = "../maps/layouts/xdp-2392467.o"
 
 // attachOldRelease attaches the old release's program to the server's
 // interface through a pinned link, its maps pinned, as its daemon did, and
@@ -76,7 +76,7 @@ func attachOldRelease(t *testing.T, l *lab.Lab, bpffs string, n int) (linkID lin
 // Attach completes.
 func TestMigrateAcrossLayouts(t *testing.T) {
 	const counted = 100
-	for _, step := range []string{"", "loaded", "converted", "swapped", "half-committed"} {
+	for _, step := range []string{"", "loaded", "converted", "pinned", "swapped", "half-committed"} {
 		name := step
 		if name == "" {
 			name = "no crash"
@@ -139,7 +139,7 @@ func TestMigrateAcrossLayouts(t *testing.T) {
 			if b.Resumed != (step == "swapped" || step == "half-committed") {
 				t.Errorf("resumed %v after the kill at %q", b.Resumed, step)
 			}
-			if migrated := len(b.Migrated) > 0; migrated != (step == "loaded" || step == "converted") {
+			if migrated := len(b.Migrated) > 0; migrated != (step == "loaded" || step == "converted" || step == "pinned") {
 				t.Errorf("the next attach migrated %v after the kill at %q", migrated, step)
 			}
 			st, _ := Inspect(bpffs, l.ServerIf)

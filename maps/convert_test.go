@@ -12,7 +12,7 @@ import (
 // oldRelease is the XDP object of 2392467 (three days before the
 // migration was written: xl_config 104 bytes, 14 reasons, no resets),
 // kept as it was built, for the tests of a migration from its pins.
-const oldRelease = "testdata/xdp-2392467.o"
+const oldRelease = "layouts/xdp-2392467.o"
 
 var (
 	u8  = &btf.Int{Name: "u8", Size: 1}

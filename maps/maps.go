@@ -79,6 +79,13 @@ func Load(opts Options) (*Objects, error) {
 	if err != nil {
 		return nil, loadError(err)
 	}
+	if opts.PinDir != "" {
+		// For a later version's migration (layouts.go).
+		if err := writeLayouts(opts.PinDir, spec); err != nil {
+			o.Close()
+			return nil, err
+		}
+	}
 	return &o, nil
 }
 

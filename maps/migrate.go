@@ -77,14 +77,16 @@ type MapReport struct {
 	// Added, Removed and Changed name the fields that are new (zero), gone,
 	// or of a type that could not be converted (zero).
 	Added, Removed, Changed []string
-	Err                     error
+	// Layout says where the old layout came from (layouts.go).
+	Layout string
+	Err    error
 }
 
 func (r MapReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s", r.Name, r.How)
 	if r.How == "converted" || r.How == "copied" {
-		fmt.Fprintf(&b, " %d entries", r.Entries)
+		fmt.Fprintf(&b, " %d entries (layout from %s)", r.Entries, r.Layout)
 		if r.Dropped > 0 {
 			fmt.Fprintf(&b, " (%d dropped)", r.Dropped)
 		}
@@ -109,6 +111,7 @@ type Migration struct {
 	obj        *Objects
 	dir, stage string
 	spec       *ebpf.CollectionSpec
+	record     map[string]layout // the pins' record of layouts (layouts.go)
 	fresh      []*freshMap
 	reports    []MapReport
 }
@@ -140,6 +143,9 @@ func LoadMigrating(opts Options, stage string) (_ *Migration, err error) {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	m := &Migration{dir: opts.PinDir, stage: stage, spec: spec}
+	if m.record, err = readLayouts(opts.PinDir); err != nil {
+		m.record = nil // the other sources of layouts remain
+	}
 	defer func() {
 		if err != nil {
 			m.closeOld()
@@ -190,6 +196,11 @@ func LoadMigrating(opts Options, stage string) (_ *Migration, err error) {
 		return nil, loadError(err)
 	}
 	m.obj = o
+	// The record of this program's layouts goes in with its maps.
+	if err := writeLayouts(stage, spec); err != nil {
+		o.Close()
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -230,7 +241,7 @@ func (m *Migration) convert(config bool) {
 			f.rep.How, f.rep.Err = "fresh", errors.New("not in the loaded collection")
 			continue
 		}
-		convertMap(f.rep, dst, f.old, m.spec.Maps[f.name])
+		convertMap(f.rep, dst, f.old, m.spec.Maps[f.name], m.record)
 		if f.name == rootMap && f.rep.How == "converted" && len(f.rep.Added)+len(f.rep.Removed)+len(f.rep.Changed) == 0 {
 			f.rep.How = "copied"
 		}
@@ -273,6 +284,12 @@ func CommitStaged(dir, stage string) error {
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
+		if e.Name() == StagedProgram {
+			if err := os.Remove(filepath.Join(stage, e.Name())); err != nil {
+				return fmt.Errorf("migrate: %w", err)
+			}
+			continue
+		}
 		names = append(names, e.Name())
 	}
 	slices.SortFunc(names, func(a, b string) int {
@@ -295,35 +312,45 @@ func CommitStaged(dir, stage string) error {
 	return nil
 }
 
-// StagedMapIDs returns the ids of the maps pinned in stage by a migration
-// that did not complete, by name; nil when there is none.
-func StagedMapIDs(stage string) (map[string]ebpf.MapID, error) {
-	entries, err := os.ReadDir(stage)
+// StagedProgram is the pin, in the staging directory, of the program a
+// migration swaps in, made before the swap: the link's program being that
+// one tells, without CAP_SYS_ADMIN, that the swap happened.
+const StagedProgram = "xlimit_xdp"
+
+// PinProgram pins the program to swap in (StagedProgram), before the swap.
+func (m *Migration) PinProgram() error {
+	if err := m.obj.Program().Pin(filepath.Join(m.stage, StagedProgram)); err != nil {
+		return fmt.Errorf("migrate: pin the new program: %w", err)
+	}
+	return nil
+}
+
+// StagedProgramID returns the id of the program a migration left pinned
+// in stage, or 0 when there is none (no migration, or one that ended
+// before the swap was prepared).
+func StagedProgramID(stage string) (ebpf.ProgramID, bool, error) {
+	if _, err := os.Stat(stage); errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	p, err := ebpf.LoadPinnedProgram(filepath.Join(stage, StagedProgram), &ebpf.LoadPinOptions{ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return 0, true, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("migrate: read %s: %w", stage, err)
+		return 0, true, fmt.Errorf("migrate: open the staged program: %w", err)
 	}
-	ids := make(map[string]ebpf.MapID, len(entries))
-	for _, e := range entries {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(stage, e.Name()), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
-			continue
-		}
-		if info, err := mp.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				ids[e.Name()] = id
-			}
-		}
-		mp.Close()
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		return 0, true, fmt.Errorf("migrate: read the staged program: %w", err)
 	}
-	return ids, nil
+	id, _ := info.ID()
+	return id, true, nil
 }
 
 // convertMap copies every entry of old into dst, converted from old's
-// layout (its BTF in the kernel) to spec's.
-func convertMap(rep *MapReport, dst, old *ebpf.Map, spec *ebpf.MapSpec) {
+// layout (layouts.go) to spec's.
+func convertMap(rep *MapReport, dst, old *ebpf.Map, spec *ebpf.MapSpec, record map[string]layout) {
 	fresh := func(err error) {
 		rep.How, rep.Err = "fresh", err
 	}
@@ -331,11 +358,12 @@ func convertMap(rep *MapReport, dst, old *ebpf.Map, spec *ebpf.MapSpec) {
 		fresh(fmt.Errorf("per-CPU values became shared or the other way round (%v, was %v)", dst.Type(), old.Type()))
 		return
 	}
-	kc, vc, err := converters(old, spec)
+	kc, vc, src, err := converters(rep.Name, old, spec, record)
 	if err != nil {
 		fresh(err)
 		return
 	}
+	rep.Layout = src
 	rep.Added, rep.Removed, rep.Changed = vc.added, vc.removed, vc.changed
 	for _, p := range kc.added {
 		rep.Added = append(rep.Added, "key."+p)
@@ -407,32 +435,26 @@ func perCPU(t ebpf.MapType) bool {
 }
 
 // converters plans the conversion of old's keys and values into spec's
-// layout; without BTF for old, values of equal sizes are copied as they
-// are.
-func converters(old *ebpf.Map, spec *ebpf.MapSpec) (kc, vc *converter, err error) {
-	kt, vt, err := mapTypes(old)
-	if err != nil || kt == nil || vt == nil || spec.Key == nil || spec.Value == nil {
+// layout, and says where old's layout came from; with no layout known for
+// old, values of equal sizes are copied as they are.
+func converters(name string, old *ebpf.Map, spec *ebpf.MapSpec, record map[string]layout) (kc, vc *converter, src string, err error) {
+	l, ok := oldLayout(name, old, record)
+	if !ok || spec.Key == nil || spec.Value == nil {
 		if old.KeySize() == spec.KeySize && old.ValueSize() == spec.ValueSize {
-			return rawConverter(int(spec.KeySize)), rawConverter(int(spec.ValueSize)), nil
+			return rawConverter(int(spec.KeySize)), rawConverter(int(spec.ValueSize)), "as it is (sizes equal)", nil
 		}
-		if err == nil {
-			err = errors.New("no BTF for its key or value")
-		}
-		return nil, nil, fmt.Errorf("cannot tell the old layout: %w", err)
+		return nil, nil, "", fmt.Errorf("the old layout (%d-byte keys, %d-byte values) is not known here: not in the pins' record, not readable from the kernel without CAP_SYS_ADMIN, not built in", old.KeySize(), old.ValueSize())
 	}
-	if kc, err = newConverter(spec.Key, kt); err != nil {
-		return nil, nil, fmt.Errorf("key: %w", err)
+	if kc, err = newConverter(spec.Key, l.key); err != nil {
+		return nil, nil, "", fmt.Errorf("key: %w", err)
 	}
-	if vc, err = newConverter(spec.Value, vt); err != nil {
-		return nil, nil, fmt.Errorf("value: %w", err)
-	}
-	if kc.srcSize != int(old.KeySize()) || vc.srcSize != int(old.ValueSize()) {
-		return nil, nil, fmt.Errorf("the old map's BTF says %d/%d bytes, the map %d/%d", kc.srcSize, vc.srcSize, old.KeySize(), old.ValueSize())
+	if vc, err = newConverter(spec.Value, l.value); err != nil {
+		return nil, nil, "", fmt.Errorf("value: %w", err)
 	}
 	if kc.dstSize != int(spec.KeySize) || vc.dstSize != int(spec.ValueSize) {
-		return nil, nil, fmt.Errorf("this program's BTF says %d/%d bytes, its map %d/%d", kc.dstSize, vc.dstSize, spec.KeySize, spec.ValueSize)
+		return nil, nil, "", fmt.Errorf("this program's BTF says %d/%d bytes, its map %d/%d", kc.dstSize, vc.dstSize, spec.KeySize, spec.ValueSize)
 	}
-	return kc, vc, nil
+	return kc, vc, l.source, nil
 }
 
 // mapTypes reads a map's key and value types from its BTF in the kernel

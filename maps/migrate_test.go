@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -137,6 +138,20 @@ func runNew(t *testing.T, o *Objects, frame []byte, now uint64, n int) int {
 // the old program runs its own rules until the end whatever the new
 // daemon writes, and after Commit the pins adopt as this program's.
 func TestMigrateOldReleasePins(t *testing.T) {
+	for _, kernel := range []bool{true, false} {
+		name := "layouts from the kernel"
+		if !kernel {
+			name = "built-in layouts (no CAP_SYS_ADMIN)"
+		}
+		t.Run(name, func(t *testing.T) {
+			defer func(k bool) { kernelBTF = k }(kernelBTF)
+			kernelBTF = kernel
+			testMigrateOldReleasePins(t, kernel)
+		})
+	}
+}
+
+func testMigrateOldReleasePins(t *testing.T, kernel bool) {
 	requireRoot(t)
 	pinToOneCPU(t)
 	pins := privatePinDir(t)
@@ -203,6 +218,13 @@ func TestMigrateOldReleasePins(t *testing.T) {
 	}
 	if r := reports[xdpMapXlStats]; !slices.Contains(r.Added, "resets") {
 		t.Errorf("xl_stats: added %v, want resets among them", r.Added)
+	}
+	wantLayout := "the kernel"
+	if !kernel {
+		wantLayout = "built-in xdp-2392467.o"
+	}
+	if r := reports[xdpMapXlConfig]; r.Layout != wantLayout {
+		t.Errorf("xl_config's old layout came from %q, want %q", r.Layout, wantLayout)
 	}
 
 	// Counters: what the old program counted, in the new layout.
@@ -290,9 +312,9 @@ func TestMigrateAbandoned(t *testing.T) {
 	if got := old.run(t, frame, t0, 3); got != 0 {
 		t.Errorf("the old program admitted %d after an abandoned migration, want its own rules (0)", got)
 	}
-	ids, err := StagedMapIDs(stage)
-	if err != nil || len(ids) == 0 {
-		t.Fatalf("staged maps: %v, %v; want the abandoned migration's", ids, err)
+	ids := stagedIDs(t, stage)
+	if len(ids) == 0 {
+		t.Fatal("no staged maps: want the abandoned migration's")
 	}
 	mig2, err := LoadMigrating(Options{PinDir: pins, FakeClock: true}, stage)
 	if err != nil {
@@ -304,7 +326,7 @@ func TestMigrateAbandoned(t *testing.T) {
 	if r := mig2.report(xdpMapXlStats); r == nil || r.How != "converted" || r.Entries == 0 {
 		t.Errorf("the second migration's xl_stats: %v", r)
 	}
-	ids2, _ := StagedMapIDs(stage)
+	ids2 := stagedIDs(t, stage)
 	for name, id := range ids2 {
 		if ids[name] == id {
 			t.Errorf("%s: the second migration reused the first's map %d", name, id)
@@ -312,5 +334,129 @@ func TestMigrateAbandoned(t *testing.T) {
 	}
 	if err := mig2.Abort(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// stagedIDs returns the ids of the maps pinned in stage, by name.
+func stagedIDs(t *testing.T, stage string) map[string]ebpf.MapID {
+	t.Helper()
+	ents, err := os.ReadDir(stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]ebpf.MapID{}
+	for _, e := range ents {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(stage, e.Name()), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			continue
+		}
+		if info, err := m.Info(); err == nil {
+			ids[e.Name()], _ = info.ID()
+		}
+		m.Close()
+	}
+	return ids
+}
+
+// TestMigrateFromRecord: without the kernel's BTF of the old maps (a
+// daemon without CAP_SYS_ADMIN), the layouts come from the record the
+// earlier version kept with its pins (xl_layouts). Here xl_buckets is
+// pinned in an older layout than today's (no probes, no reset_tat) with a
+// drained bucket: converted, the bucket keeps its fill.
+func TestMigrateFromRecord(t *testing.T) {
+	requireRoot(t)
+	pinToOneCPU(t)
+	defer func(k bool) { kernelBTF = k }(kernelBTF)
+	kernelBTF = false
+	pins := privatePinDir(t)
+	stage := filepath.Join(pins, "migrating")
+	spec := &dataplane.Spec{Rules: []dataplane.RuleSpec{{Name: "dns", Protocol: "udp", Ports: ports(53, 53), Rate: 10, Burst: 5}}}
+	frame := build(udpTo(srcA4, 53))
+	t0 := 1000 * second
+
+	o1, err := Load(Options{PinDir: pins, FakeClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := compile(t, spec, nil)
+	if err := o1.Tables().Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	slot := plan.Slot("dns")
+	if n := runNew(t, o1, frame, t0, 20); n != 5 {
+		t.Fatalf("admitted %d of 20, want the burst of 5", n)
+	}
+	tat, epoch, err := o1.Tables().BucketTAT(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o1.Close()
+
+	// The same bucket in an older layout, and the record saying so.
+	u32t, u64t := &btf.Int{Name: "__u32", Size: 4}, &btf.Int{Name: "__u64", Size: 8}
+	older := &btf.Struct{Name: "xl_bucket_state", Size: 16, Members: []btf.Member{
+		{Name: "tat", Type: u64t}, {Name: "epoch", Type: u32t, Offset: 64}, {Name: "_pad", Type: u32t, Offset: 96},
+	}}
+	ob, err := ebpf.NewMap(&ebpf.MapSpec{Name: xdpMapXlBuckets, Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: dataplane.MaxRules, Key: u32t, Value: older})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	val := binary.NativeEndian.AppendUint64(nil, tat)
+	val = binary.NativeEndian.AppendUint32(val, epoch)
+	val = binary.NativeEndian.AppendUint32(val, 0)
+	if err := ob.Update(uint32(slot), val, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(pins, xdpMapXlBuckets)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Pin(filepath.Join(pins, xdpMapXlBuckets)); err != nil {
+		t.Fatal(err)
+	}
+	was, err := loadXdp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	was.Maps[xdpMapXlBuckets].Value, was.Maps[xdpMapXlBuckets].ValueSize = older, 16
+	if err := writeLayouts(pins, was); err != nil {
+		t.Fatal(err)
+	}
+
+	mig, err := LoadMigrating(Options{PinDir: pins, FakeClock: true}, stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mig.Objects()
+	defer o.Close()
+	mig.ConvertConfig()
+	base, err := o.Tables().ReadPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Tables().Apply(compile(t, spec, base)); err != nil {
+		t.Fatal(err)
+	}
+	mig.ConvertState()
+	r := mig.report(xdpMapXlBuckets)
+	t.Logf("%s", r)
+	if r.How != "converted" || r.Layout != "the pins' record" || !slices.Equal(r.Added, []string{"probes", "reset_tat"}) {
+		t.Errorf("xl_buckets: %s; want converted from the pins' record, probes and reset_tat added", r)
+	}
+	if n := runNew(t, o, frame, t0, 5); n != 0 {
+		t.Errorf("admitted %d at the migration's instant: the converted bucket lost its fill", n)
+	}
+	if n := runNew(t, o, frame, t0+second/10, 5); n != 1 {
+		t.Errorf("admitted %d 100 ms later, want 1", n)
+	}
+	if err := mig.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := readLayouts(pins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, v := rec[xdpMapXlBuckets].sizes(); k != 4 || v != binary.Size(xdpXlBucketState{}) {
+		t.Errorf("the record after the migration says xl_buckets is %d/%d bytes, want today's", k, v)
 	}
 }

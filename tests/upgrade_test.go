@@ -72,12 +72,22 @@ func oldBinary(t *testing.T, commit string) string {
 	return bin
 }
 
-// startBinary is startDaemon with another xlimit binary.
-func (e *env) startBinary(bin, rules string) *daemon {
+// startBinary is startDaemon with another xlimit binary and, when caps is
+// not nil, with exactly those capabilities (the systemd unit's:
+// requiredCaps), as runWithCaps.
+func (e *env) startBinary(bin, rules string, caps []string) *daemon {
 	e.t.Helper()
 	args := []string{"run", "--config", rules, "--iface", e.lab.ServerIf, "--bpffs", e.bpffs,
 		"--state-dir", e.stateDir, "--metrics-addr", "", "--log-level", "debug",
 		"--api-socket", filepath.Join(e.dir, "api.sock")}
+	if caps != nil {
+		bounding := "-all"
+		for _, c := range caps {
+			bounding += ",+" + c
+		}
+		args = append([]string{"--bounding-set", bounding, "--inh-caps", "-all", "--", bin}, args...)
+		bin = "setpriv"
+	}
 	d := &daemon{t: e.t, exited: make(chan struct{})}
 	d.cmd = e.lab.Server.Command(context.Background(), bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d, d
@@ -123,15 +133,19 @@ func (e *env) ruleCounters(bin, rule string) (pass, drop uint64, link uint32) {
 // the socket received in the second before (kernel receive timestamps)
 // are at most 1.05 x 1000; a program missing for a moment, or a bucket
 // that started afresh (its burst of 1000 at once), would show above. The
-// same link stays, and the counters carry on.
+// same link stays, and the counters carry on. Today's daemon runs with
+// the systemd unit's capabilities only.
 func TestUpgradeUnderFlood(t *testing.T) {
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux) to run the daemon with the unit's capabilities")
+	}
 	for _, commit := range upgradeFrom {
 		t.Run(commit, func(t *testing.T) {
 			old := oldBinary(t, commit)
 			e := newEnv(t)
 			udp, _ := e.services(false)
 			rules := e.writeRules("rules.yaml", limitRules())
-			d1 := e.startBinary(old, rules)
+			d1 := e.startBinary(old, rules, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			const dur = 14 * time.Second
@@ -143,15 +157,26 @@ func TestUpgradeUnderFlood(t *testing.T) {
 				t.Fatal(err)
 			}
 			stopped := time.Now()
-			d2 := e.startDaemon(rules)
+			// Today's daemon as the systemd unit runs it: without
+			// CAP_SYS_ADMIN, the kernel does not give out the old maps'
+			// BTF.
+			d2 := e.startBinary(xlimitBin, rules, requiredCaps)
 			upgraded := time.Now()
 			sent := wait()
 			udp.Settle(200*time.Millisecond, 2*time.Second)
 			p1, dr1, link1 := e.ruleCounters(xlimitBin, "udp-flood")
 
 			// From 2.5 s (the first attach's full bucket spent) to the end.
+			// A second above 1.05 x the limit is a failure unless the
+			// three seconds before it admitted at most 3 x the limit
+			// (+2 %): then it only spent tokens banked while the flood
+			// generator stalled (the machine is shared), which a bucket
+			// allows; a program missing for a moment or a bucket that
+			// started afresh admits more than that over any span around
+			// it (and the whole span is checked below as well).
 			var worst, least float64 = 0, 1e9
 			var worstAt time.Duration
+			var over []string
 			samples := 0
 			for at := start.Add(2500 * time.Millisecond); at.Before(start.Add(dur - 200*time.Millisecond)); at = at.Add(100 * time.Millisecond) {
 				n := float64(udp.CountBetween(at.Add(-time.Second), at))
@@ -160,16 +185,31 @@ func TestUpgradeUnderFlood(t *testing.T) {
 					worst, worstAt = n, at.Sub(start)
 				}
 				least = min(least, n)
+				if n > 1.05*limitPPS {
+					three := float64(udp.CountBetween(at.Add(-3*time.Second), at))
+					what := fmt.Sprintf("%.0f in the second before %v (%.0f in the three seconds before)", n, at.Sub(start).Round(100*time.Millisecond), three)
+					if three > 3*limitPPS*1.02 {
+						t.Errorf("the limit did not hold through the upgrade: %s", what)
+					}
+					over = append(over, what)
+				}
 			}
+			// Over the whole span from a second before the stop: the rate,
+			// and no burst on top.
+			span := udp.CountBetween(stopped.Add(-time.Second), start.Add(dur-200*time.Millisecond))
+			spanRate := float64(span) / start.Add(dur-200*time.Millisecond).Sub(stopped.Add(-time.Second)).Seconds()
 			migrated := strings.Contains(d2.Log(), "migrated")
-			t.Logf("e2e upgrade from %s under a %.0f pkt/s flood: stopped at %v, today's daemon enforcing %v later (migrated: %v); %d samples every 100 ms of the second before: max %.0f (at %v), min %.0f pkt/s for a limit of %d; link %d -> %d; counters pass/drop %d/%d -> %d/%d",
+			t.Logf("e2e upgrade from %s under a %.0f pkt/s flood: stopped at %v, today's daemon enforcing %v later (migrated: %v); %d samples every 100 ms of the second before: max %.0f (at %v), min %.0f pkt/s for a limit of %d; %.1f pkt/s from a second before the stop to the end; link %d -> %d; counters pass/drop %d/%d -> %d/%d",
 				commit, sent.PPS(), stopped.Sub(start).Round(time.Millisecond), upgraded.Sub(stopped).Round(time.Millisecond), migrated, samples,
-				worst, worstAt.Round(100*time.Millisecond), least, limitPPS, link0, link1, p0, dr0, p1, dr1)
+				worst, worstAt.Round(100*time.Millisecond), least, limitPPS, spanRate, link0, link1, p0, dr0, p1, dr1)
+			if len(over) > 0 {
+				t.Logf("seconds above 1.05 x, each paid for by a stall just before: %s", strings.Join(over, "; "))
+			}
 			if sent.PPS() < 5*limitPPS {
 				t.Fatalf("the flood reached only %.0f pkt/s: not a flood", sent.PPS())
 			}
-			if worst > 1.05*limitPPS {
-				t.Errorf("the limit did not hold through the upgrade: %.0f packets in the second before %v, want at most %.0f", worst, worstAt.Round(100*time.Millisecond), 1.05*limitPPS)
+			if spanRate > 1.02*limitPPS {
+				t.Errorf("from a second before the stop to the end: %.1f pkt/s, want at most 1.02 x %d (a burst on top of the rate)", spanRate, limitPPS)
 			}
 			if !strings.Contains(d2.Log(), "adopted=true") {
 				t.Errorf("today's daemon did not adopt the pinned link")
@@ -179,6 +219,14 @@ func TestUpgradeUnderFlood(t *testing.T) {
 			}
 			if p1 < p0 || dr1 <= dr0 {
 				t.Errorf("counters went backwards or stopped: %d/%d -> %d/%d", p0, dr0, p1, dr1)
+			}
+			// Carried, not restarted: the rule counted every packet of the
+			// flood, across both programs.
+			if got := float64(udp.Count()); !within(float64(p1), got, 0.01) {
+				t.Errorf("the rule counts %d passed, the socket received %.0f: counters lost across the upgrade", p1, got)
+			}
+			if total := float64(p1 + dr1); total < 0.99*float64(sent.Sent) {
+				t.Errorf("the rule counts %.0f packets of the %d sent: counters lost across the upgrade", total, sent.Sent)
 			}
 		})
 	}
