@@ -165,8 +165,8 @@ deb: ## Debian package dist/xlimit_VERSION_amd64.deb (binary, unit, default rule
 	@if command -v lintian >/dev/null; then lintian --allow-root --fail-on error,warning --suppress-tags-from-file packaging/debian/lintian-suppress $(DEB) && echo "lintian: $(DEB) clean"; else echo "lintian not found: not checked (make deps installs it)"; fi
 
 .PHONY: system-test
-system-test: deb ## The .deb in a booted Debian 12 guest (systemd-nspawn, root): install, READY, flood, reload, watchdog, stop, journal, Prometheus, alert.
-	packaging/system-test/run.sh $(DEB)
+system-test: deb ## The .deb in a booted Debian 12 guest (systemd-nspawn, root): upgrades from earlier packages under a flood, install, READY, flood, reload, watchdog, stop, journal, Prometheus, alert.
+	ST_OLD_DEBS="$$(packaging/system-test/old-debs.sh build/system-test/old-debs | tr '\n' ' ')" packaging/system-test/run.sh $(DEB)
 
 IMAGE_REF := ghcr.io/xlimit/xlimit:$(shell cat packaging/VERSION)
 IMAGE := $(DIST)/xlimit-$(PKG_VERSION).tar

@@ -14,7 +14,10 @@
 # build/system-test/logs/; the exit status is the test's.
 #
 # Knobs: ST_TIMEOUT (seconds for the boot and the test, default 720),
-# ST_KEEP=1 keeps the guest's root directory for a look afterwards.
+# ST_KEEP=1 keeps the guest's root directory for a look afterwards,
+# ST_OLD_DEBS (space-separated paths) packages of earlier versions that the
+# guest first upgrades from to DEB under a flood (make system-test builds
+# them: packaging/system-test/old-debs.sh).
 # Choices and what each step verifies: packaging/README.md.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -111,6 +114,12 @@ mkdir -p "$root/xlimit-test"
 (cd "$repo" && CGO_ENABLED=0 "$GO" test -c -o "$root/xlimit-test/guest.test" ./packaging/system-test/guest) ||
 	die "building the guest test failed"
 cp "$deb" "$root/xlimit-test/xlimit.deb"
+old_debs=
+for o in ${ST_OLD_DEBS:-}; do
+	[[ -f $o ]] || die "$o: no such file (ST_OLD_DEBS)"
+	cp "$o" "$root/xlimit-test/"
+	old_debs+=" /xlimit-test/$(basename "$o")"
+done
 
 # The unit that runs the test once the guest is up, then powers it off.
 cat >"$root/etc/systemd/system/xlimit-system-test.service" <<EOF
@@ -120,7 +129,7 @@ After=multi-user.target prometheus.service redis-server.service
 
 [Service]
 Type=oneshot
-Environment=XLIMIT_SYSTEM_TEST_GUEST=1 XLIMIT_DEB=/xlimit-test/xlimit.deb
+Environment=XLIMIT_SYSTEM_TEST_GUEST=1 XLIMIT_DEB=/xlimit-test/xlimit.deb "XLIMIT_OLD_DEBS=${old_debs# }"
 ExecStart=/bin/sh -c 'cd /xlimit-test && ./guest.test -test.v -test.timeout 11m >out.log 2>&1; echo \$? >status'
 ExecStopPost=/bin/systemctl --no-block poweroff
 TimeoutStartSec=12m

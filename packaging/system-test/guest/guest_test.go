@@ -137,6 +137,18 @@ func TestSystem(t *testing.T) {
 		{"8_prometheus_scrapes_dashboard_queries", stepPrometheus},
 		{"9_daemon_down_alert_fires", stepDownAlert},
 	}
+	// Upgrades from earlier versions' packages under a flood come first,
+	// after the lab (XLIMIT_OLD_DEBS, upgrade_test.go); each ends with a
+	// purge, so the install step is a first install still.
+	all := steps[:1:1]
+	for i, old := range strings.Fields(os.Getenv("XLIMIT_OLD_DEBS")) {
+		name := fmt.Sprintf("0_upgrade_%d_from_%s", i+1, strings.TrimSuffix(filepath.Base(old), ".deb"))
+		all = append(all, struct {
+			name string
+			fn   func(t *testing.T)
+		}{name, func(t *testing.T) { stepUpgrade(t, old, deb) }})
+	}
+	steps = append(all, steps[1:]...)
 	for _, s := range steps {
 		if !t.Run(s.name, s.fn) {
 			t.Fatalf("step %s failed: the later steps do not run", s.name)
