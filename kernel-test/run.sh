@@ -257,7 +257,7 @@ else
 	cat >"$root/xlimit/plan.sh" <<EOF
 retries=0
 run_test maps 10m /xlimit/bin/maps.test -test.parallel 1 -test.run $(q "$KT_MAPS_RUN") -test.skip $(q "$KT_MAPS_SKIP")
-run_test loader 3m /xlimit/bin/loader.test
+run_test loader 6m /xlimit/bin/loader.test
 export XLIMIT_BIN=/xlimit/bin/xlimit
 retries=$(q "$KT_E2E_RETRIES")
 run_test e2e 4m /xlimit/bin/tests.test -test.run $(q "$KT_E2E_RUN")

@@ -3,6 +3,7 @@
 package loader
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ import (
 
 // oldRelease is the XDP object of 2392467, whose xl_config, xl_limits,
 // xl_caches and xl_stats had other layouts (maps/layouts).
-const oldRelease = "../maps/layouts/xdp-2392467.o"
+const oldRelease = "xdp-2392467.o"
 
 // attachOldRelease attaches the old release's program to the server's
 // interface through a pinned link, its maps pinned, as its daemon did, and
@@ -32,7 +33,11 @@ func attachOldRelease(t *testing.T, l *lab.Lab, bpffs string, n int) (linkID lin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := ebpf.LoadCollectionSpec(oldRelease)
+	obj, err := maps.EarlierObject(oldRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
+//go:build linux
+
 package maps
 
 import (
+	"bytes"
 	"encoding/binary"
 	"slices"
 	"testing"
@@ -12,7 +15,21 @@ import (
 // oldRelease is the XDP object of 2392467 (three days before the
 // migration was written: xl_config 104 bytes, 14 reasons, no resets),
 // kept as it was built, for the tests of a migration from its pins.
-const oldRelease = "layouts/xdp-2392467.o"
+const oldRelease = "xdp-2392467.o"
+
+// oldReleaseSpec is oldRelease's collection spec.
+func oldReleaseSpec(tb testing.TB) *ebpf.CollectionSpec {
+	tb.Helper()
+	b, err := EarlierObject(oldRelease)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(b))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return spec
+}
 
 var (
 	u8  = &btf.Int{Name: "u8", Size: 1}
@@ -121,10 +138,7 @@ func TestConverter(t *testing.T) {
 // arrays that grew (the reasons) keep their elements and the new ones
 // and the new fields (resets, the globals' served and resp_time) are zero.
 func TestConverterOldRelease(t *testing.T) {
-	old, err := ebpf.LoadCollectionSpec(oldRelease)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := oldReleaseSpec(t)
 	cur, err := loadXdp()
 	if err != nil {
 		t.Fatal(err)

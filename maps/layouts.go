@@ -42,6 +42,13 @@ var kernelBTF = true
 //go:embed layouts/*.o
 var builtinLayouts embed.FS
 
+// EarlierObject returns the XDP object of an earlier version that is
+// built in (layouts/, by file name such as "xdp-2392467.o"): the tests of
+// a migration load it to pin maps of its layouts, and need no source tree.
+func EarlierObject(name string) ([]byte, error) {
+	return builtinLayouts.ReadFile("layouts/" + name)
+}
+
 // layout is a map's key and value types.
 type layout struct {
 	key, value btf.Type

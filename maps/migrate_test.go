@@ -30,10 +30,7 @@ type oldPins struct {
 // pinned in dir.
 func loadOldRelease(t *testing.T, dir string) *oldPins {
 	t.Helper()
-	spec, err := ebpf.LoadCollectionSpec(oldRelease)
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := oldReleaseSpec(t)
 	if err := spec.Variables["xl_cfg_fake_clock"].Set(uint32(1)); err != nil {
 		t.Fatal(err)
 	}
