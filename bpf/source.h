@@ -79,8 +79,101 @@ static __always_inline void xl_src_credit_return(struct xl_src_credit *cr)
 	}
 }
 
+/* Names cr, this CPU's credit for the rule, after the source of key k, as
+ * a packet of another source than the one it held does: what it held goes
+ * back first (xl_src_credit_return). */
+static __always_inline void xl_src_credit_name(struct xl_src_credit *cr,
+					       const struct xl_source_key *k,
+					       const struct xl_rule *r, const struct xl_bucket *b)
+{
+	if (!cr)
+		return;
+	xl_src_credit_return(cr);
+	cr->key = *k;
+	cr->epoch = r->epoch;
+	cr->mult = b->mult;
+	cr->tol = b->tol;
+}
+
+/* xl_source_admit's generation for a caller without the front. */
+#define XL_FRONT_NONE 2
+
+/* The hash of a source's key that picks its set in xl_src_front (the Go
+ * model's dataplane.SrcFrontHash is the same). */
+static __always_inline __u32 xl_src_front_hash(const struct xl_source_key *k)
+{
+	const __u32 *w = (const __u32 *)k->addr;
+	__u32 h = (k->slot | (k->family == 6 ? XL_FRONT_V6 : 0)) * 0x9e3779b1u;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		h = (h ^ w[i]) * 0x85ebca6bu;
+		h ^= h >> 13;
+	}
+	return h;
+}
+
+/* Whether front way w holds the source of key k (tag: its slot and family
+ * bit) written in generation gen. */
+static __always_inline int xl_src_front_is(const struct xl_src_front *w,
+					   const struct xl_source_key *k, __u32 tag, __u32 gen)
+{
+	const __u32 *a = (const __u32 *)w->addr;
+	const __u32 *b = (const __u32 *)k->addr;
+	return w->gen == gen && (w->slot & ~XL_FRONT_OVER) == tag && w->prefixlen == k->prefixlen &&
+	       !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
+}
+
+/* Adds the refusals an over way counted to its source's entry, of any
+ * generation (its key is whole in the way; the reader of xl_sources adds
+ * the ways' counts too, so xlimit status's per-source counts only grow). */
+static __always_inline void xl_src_front_flush(struct xl_src_front *w, struct xl_source_key *k)
+{
+	if (!w->drops || !w->gen)
+		return;
+	k->slot = w->slot & (XL_FRONT_V6 - 1);
+	k->family = (w->slot & XL_FRONT_V6) ? 6 : 4;
+	k->prefixlen = w->prefixlen;
+	k->_pad = 0;
+	__builtin_memcpy(k->addr, w->addr, 16);
+	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, k);
+	if (s)
+		__sync_fetch_and_add(&s->drops, w->drops);
+	w->drops = 0;
+}
+
+/* Writes the source of key k into front way w (when it held another
+ * source, that one's refusals are counted first, through the key buffer
+ * tmp). */
+static __always_inline void xl_src_front_put(struct xl_src_front *w, const struct xl_source_key *k,
+					     __u32 tag, __u32 gen, __u64 t, __u32 over,
+					     struct xl_source_key *tmp)
+{
+	if (!xl_src_front_is(w, k, tag, gen))
+		xl_src_front_flush(w, tmp);
+	__builtin_memcpy(w->addr, k->addr, 16);
+	w->t = t;
+	w->gen = gen;
+	w->slot = tag | over;
+	w->prefixlen = k->prefixlen;
+}
+
 /* Returns 1 when the packet's source is within its own limit (and not
  * banned), charging its bucket. *now is read lazily (0: not yet).
+ * gen: the rule's generation (0 or 1), or XL_FRONT_NONE for no front.
+ *
+ * The front (xl_src_front, per CPU, in front of the shared LRU): a source
+ * that the LRU does not hold and that this CPU has not seen is admitted
+ * as its full bucket would admit it, and only remembered in the front
+ * (seen at t): no LRU insert, so a spoofed flood of sources that never
+ * come back costs a front write each and evicts no source from the LRU.
+ * When it comes back while the front remembers it, it gets its entry,
+ * charged with that first packet (TAT t + inc, what the first packet
+ * would have left), and is charged from then on as before. When its
+ * bucket refuses it, the front remembers until when (over: the earliest
+ * time a packet fits, exact since the TAT only moves forward: only for
+ * rules without a ban and whose CPUs hold no credit, a batch being at most
+ * a packet), and refuses its packets until then without the LRU lookup,
+ * counting them in the way until its next visit to the entry.
  *
  * A CPU's credit in front of the shared bucket (xl_src_credits, as
  * xl_cache is for a rule's): when the same source comes twice in a row to
@@ -91,22 +184,26 @@ static __always_inline void xl_src_credit_return(struct xl_src_credit *cr)
  * left back to the source that held it (xl_src_credit_return), so a mix
  * of sources on one CPU loses nothing. Bound: tokens are charged before
  * they are spent, so a source is admitted no more than its bucket allows
- * plus the credit the CPUs held at the start (one batch each); below a
- * rate of one packet per batch (20000/s), the batch is a packet and every
- * packet takes the shared path, as without a credit.
+ * plus the credit the CPUs held at the start (one batch each), plus one
+ * packet for each CPU whose front admitted one uncharged; below a rate of
+ * one packet per batch (20000/s), the batch is a packet and every packet
+ * takes the shared path, as without a credit.
  *
  * Races: the source's bucket advances by compare-and-swap like a rule's;
  * the ban fields are plain stores, so two CPUs may both start or end one
  * ban, which changes nothing. When the table cannot take a new source the
  * source check passes (fails open); the rule-wide bucket still applies. */
-static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
-					   const struct xl_pkt *pkt, __u64 *now)
+static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slot, __u32 gen,
+					      const struct xl_pkt *pkt, __u64 *now,
+					      struct xl_src_scratch *sc)
 {
-	struct xl_source_key k = {};
 	const struct xl_bucket *b = &r->source;
 	__u64 inc = xl_bucket_inc(b, 1);
+	struct xl_source_key *kp = &sc->key;
 
-	xl_source_key(&k, r, slot, pkt);
+	__builtin_memset(kp, 0, sizeof(*kp));
+	xl_source_key(kp, r, slot, pkt);
+#define k (*kp)
 	struct xl_src_credit *cr = xl_src_credit_for(r, slot);
 	int same = cr && cr->epoch == r->epoch && cr->mult == b->mult && cr->tol == b->tol &&
 		   xl_source_key_eq(&cr->key, &k);
@@ -116,10 +213,61 @@ static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
 	}
 	__u64 t = xl_time(now);
 	__u64 now_u = t << XL_TIME_SHIFT;
+
+	/* The front: this source's way, or the one it would take. */
+	__u32 zero = 0;
+	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
+	__u32 g = active ? *active : 0;
+	__u32 tag = slot | (k.family == 6 ? XL_FRONT_V6 : 0);
+	__u32 set = xl_src_front_hash(&k) & (XL_SRC_FRONT_SETS - 1);
+	struct xl_src_front_set *fs = NULL;
+	if (g && (g & 1) == gen)
+		fs = bpf_map_lookup_elem(&xl_src_front, &set);
+	struct xl_src_front *f = NULL; /* its way */
+	struct xl_src_front *v = NULL; /* the way it takes */
+	if (fs) {
+		if (xl_src_front_is(&fs->way[0], &k, tag, g))
+			f = &fs->way[0];
+		else if (xl_src_front_is(&fs->way[1], &k, tag, g))
+			f = &fs->way[1];
+		v = f;
+		if (!v) {
+			/* A way of an older generation, else the one of the
+			 * earlier time: a seen way before an over way still
+			 * refusing. */
+			v = &fs->way[1];
+			if (fs->way[0].gen != g ||
+			    (fs->way[1].gen == g && fs->way[0].t <= fs->way[1].t))
+				v = &fs->way[0];
+		}
+	}
+	if (f && (f->slot & XL_FRONT_OVER) && t < f->t) {
+		if (!same)
+			xl_src_credit_name(cr, &k, r, b);
+		if (f->drops < 0xffff)
+			f->drops++;
+		return 0;
+	}
+
 	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, &k);
 	if (!s) {
-		struct xl_source fresh = {.tat = now_u, .epoch = r->epoch};
-		bpf_map_update_elem(&xl_sources, &k, &fresh, BPF_NOEXIST);
+		__u64 tat = now_u;
+		if (v && !(f && !(f->slot & XL_FRONT_OVER))) {
+			/* New to this CPU (or evicted from the LRU): its bucket
+			 * is full, so the packet passes; remember it. */
+			xl_src_front_put(v, &k, tag, g, t, 0, &sc->tmp.way);
+			if (!same)
+				xl_src_credit_name(cr, &k, r, b);
+			return 1;
+		}
+		if (f) {
+			/* It came back: charged with the packet the front let
+			 * through. */
+			tat = (f->t << XL_TIME_SHIFT) + inc;
+			f->gen = 0;
+		}
+		sc->tmp.fresh = (struct xl_source){.tat = tat, .epoch = r->epoch};
+		bpf_map_update_elem(&xl_sources, &k, &sc->tmp.fresh, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&xl_sources, &k);
 		if (!s)
 			return 1;
@@ -137,26 +285,20 @@ static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
 		s->over_since_ns = 0;
 
 	int ok;
+	__u64 retry_u = 0;
+	__u64 batch = (__u64)XL_BATCH_NS << XL_TIME_SHIFT;
+	if (batch > b->tol / 4)
+		batch = b->tol / 4;
 	if (same) {
-		__u64 batch = (__u64)XL_BATCH_NS << XL_TIME_SHIFT;
-		if (batch > b->tol / 4)
-			batch = b->tol / 4;
 		__u64 need = inc - cr->credit;
-		__u64 retry_u;
 		__u64 took = xl_gcra_take(&s->tat, b->tol, now_u, need, need > batch ? need : batch,
 					  &retry_u);
 		ok = took != 0;
 		if (ok)
 			cr->credit = cr->credit + took - inc;
 	} else {
-		if (cr) {
-			xl_src_credit_return(cr);
-			cr->key = k;
-			cr->epoch = r->epoch;
-			cr->mult = b->mult;
-			cr->tol = b->tol;
-		}
-		ok = xl_gcra(&s->tat, b, now_u, 1);
+		xl_src_credit_name(cr, &k, r, b);
+		ok = xl_gcra_take(&s->tat, b->tol, now_u, inc, inc, &retry_u) != 0;
 	}
 
 	if (r->flags & XL_RULE_BAN) {
@@ -177,18 +319,58 @@ static __always_inline int xl_source_admit(const struct xl_rule *r, __u32 slot,
 				s->banned_until_ns = t + r->ban_ns;
 		}
 	}
-	if (!ok)
-		__sync_fetch_and_add(&s->drops, 1);
+	__u64 drops = !ok;
+	if (f && (f->slot & XL_FRONT_OVER)) {
+		drops += f->drops;
+		f->drops = 0;
+	}
+	if (drops)
+		__sync_fetch_and_add(&s->drops, drops);
+	/* Refused with no ban and no credit: the front refuses it until its
+	 * bucket has room (retry_u 0: the compare-and-swap kept losing). */
+	if (!ok && v && retry_u && !(r->flags & XL_RULE_BAN) && batch <= inc)
+		xl_src_front_put(v, &k, tag, g,
+				 (retry_u + (1 << XL_TIME_SHIFT) - 1) >> XL_TIME_SHIFT,
+				 XL_FRONT_OVER, &sc->tmp.way);
 	return ok;
+}
+#undef k
+
+/* xl_source_admit_in through this CPU's front. slot_gen: the rule's slot,
+ * and its generation (0 or 1) << 8. A global function: the verifier
+ * checks it once, apart from xl_apply_rule's paths. */
+__noinline int xl_source_admit(const struct xl_rule *r, __u32 slot_gen, const struct xl_pkt *pkt,
+			       __u64 *now)
+{
+	__u32 slot = slot_gen & 0xff;
+	__u32 zero = 0;
+	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
+	if (!r || !pkt || !now || !sc || slot >= XL_MAX_RULES)
+		return 1;
+	return xl_source_admit_in(r, slot, (slot_gen >> 8) & 1, pkt, now, sc);
 }
 
 /* Whether rule r's per-source limit, when it has one (XL_RULE_PER_SOURCE),
- * admits the packet: xl_source_admit. *now is read lazily (0: not yet),
- * and only for a rule with one. */
+ * admits the packet: xl_source_admit, through this CPU's front for the
+ * rule's generation gen (0 or 1). *now is read lazily (0: not yet), and
+ * only for a rule with one. */
+static __always_inline int xl_source_pass_front(const struct xl_rule *r, __u32 slot, __u32 gen,
+						const struct xl_pkt *pkt, __u64 *now)
+{
+	return !(r->flags & XL_RULE_PER_SOURCE) || xl_source_admit(r, slot | gen << 8, pkt, now);
+}
+
+/* As xl_source_pass_front, without the front, and inlined (the TC
+ * program's charge of a validated SYN cookie: its charges only move a TAT
+ * forward, so the front's refusals stay exact). */
 static __always_inline int xl_source_pass(const struct xl_rule *r, __u32 slot,
 					  const struct xl_pkt *pkt, __u64 *now)
 {
-	return !(r->flags & XL_RULE_PER_SOURCE) || xl_source_admit(r, slot, pkt, now);
+	if (!(r->flags & XL_RULE_PER_SOURCE))
+		return 1;
+	__u32 zero = 0;
+	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
+	return !sc || xl_source_admit_in(r, slot, XL_FRONT_NONE, pkt, now, sc);
 }
 
 #endif /* XLIMIT_SOURCE_H */

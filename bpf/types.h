@@ -311,6 +311,29 @@ struct xl_src_credit {
 	__u32 _pad;
 };
 
+/* The front of the per-source table (state, per CPU, source.h): a
+ * direct-mapped table of sets of two ways, indexed by a hash of the
+ * source's key, that holds sources the shared table (xl_sources) does not
+ * need to: one seen once (XL_FRONT_SEEN: its one packet admitted, no entry
+ * made) and one its bucket refused (XL_FRONT_OVER: refused until t). */
+#define XL_SRC_FRONT_SETS 16384 /* a power of two */
+#define XL_SRC_FRONT_WAYS 2
+#define XL_FRONT_V6	  0x40 /* xl_src_front.slot: the key's family is 6 */
+#define XL_FRONT_OVER	  0x80 /* xl_src_front.slot: refused until t; else seen at t */
+
+struct xl_src_front {
+	__u8 addr[16]; /* the key's masked address */
+	__u64 t;       /* seen: its packet's time; over: refused before it (ns) */
+	__u32 gen;     /* xl_gen's raw value when written (0: empty) */
+	__u16 drops;   /* over: refusals not yet added to xl_source.drops */
+	__u8 slot;     /* the rule's slot | XL_FRONT_V6 | XL_FRONT_OVER */
+	__u8 prefixlen;
+};
+
+struct xl_src_front_set {
+	struct xl_src_front way[XL_SRC_FRONT_WAYS];
+};
+
 /* A source's bucket (state). */
 struct xl_source {
 	__u64 tat;	       /* as xl_bucket_state.tat */
@@ -319,6 +342,16 @@ struct xl_source {
 	__u64 drops;	       /* packets dropped for this source */
 	__u32 epoch;
 	__u32 _pad;
+};
+
+/* xl_source_admit's scratch (per CPU): its keys and new entry, off the
+ * stack that 6.1 allows a chain of calls (512 bytes). */
+struct xl_src_scratch {
+	struct xl_source_key key; /* the packet's source */
+	union {
+		struct xl_source fresh;	  /* its new entry */
+		struct xl_source_key way; /* a way's source, whose refusals are counted */
+	} tmp;
 };
 
 /* Bucket state (state, written by the XDP program only). */

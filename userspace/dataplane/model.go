@@ -15,8 +15,11 @@ type Model struct {
 	// srcCredits is the CPU's credit for the source it last admitted for
 	// each rule (struct xl_src_credit).
 	srcCredits [MaxRules]srcCredit
-	frags      map[FragKey]*fragState
-	resetTAT   uint64 // the reset bucket of all rules (xl_reset_budget)
+	// front is the CPU's front of the per-source table (srcfront.go),
+	// made on first use.
+	front    *srcFront
+	frags    map[FragKey]*fragState
+	resetTAT uint64 // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
 	cookieBudgetTAT uint64
@@ -144,9 +147,6 @@ func NewSourceKey(r *Rule, slot int, pkt *Packet) SourceKey {
 	}
 	return k
 }
-
-// Sources returns the model's per-source buckets.
-func (m *Model) Sources() map[SourceKey]*SourceState { return m.sources }
 
 // Limit is the control loop's bucket for a slot (struct xl_limit).
 type Limit struct {
@@ -547,9 +547,29 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		return true
 	}
 	now := nowNS << TimeShift
+	f, v := m.frontFind(k)
+	if f != nil && f.over && nowNS < f.t {
+		if !same {
+			m.srcCreditName(cr, k, r, b)
+		}
+		if f.drops < SrcFrontDropsMax {
+			f.drops++
+		}
+		return false
+	}
 	s, ok := m.sources[k]
 	if !ok {
-		s = &SourceState{TAT: now, Epoch: r.Epoch}
+		tat := now
+		if f == nil || f.over {
+			m.frontPut(v, k, nowNS, false)
+			if !same {
+				m.srcCreditName(cr, k, r, b)
+			}
+			return true
+		}
+		tat = f.t<<TimeShift + inc
+		f.plan = nil
+		s = &SourceState{TAT: tat, Epoch: r.Epoch}
 		m.sources[k] = s
 	}
 	if s.Epoch != r.Epoch {
@@ -558,20 +578,21 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	if int64(s.TAT-now) <= 0 {
 		s.OverSinceNS = 0
 	}
+	var retryU uint64
+	batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
 	if same {
-		batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
 		need := inc - cr.credit
-		took, _ := b.Take(&s.TAT, nowNS, need, max(need, batch))
+		var took uint64
+		took, retryU = b.Take(&s.TAT, nowNS, need, max(need, batch))
 		ok = took != 0
 		if ok {
 			cr.credit = cr.credit + took - inc
 		}
 	} else {
-		if cr != nil {
-			m.srcCreditReturn(cr)
-			*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
-		}
-		ok = b.GCRA(&s.TAT, nowNS, 1)
+		m.srcCreditName(cr, k, r, b)
+		var took uint64
+		took, retryU = b.Take(&s.TAT, nowNS, inc, inc)
+		ok = took != 0
 	}
 	if r.Flags&RuleBan != 0 {
 		switch {
@@ -590,8 +611,27 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 			}
 		}
 	}
+	drops := uint64(0)
 	if !ok {
-		s.Drops++
+		drops = 1
+	}
+	if f != nil && f.over {
+		drops += uint64(f.drops)
+		f.drops = 0
+	}
+	s.Drops += drops
+	if !ok && retryU != 0 && r.Flags&RuleBan == 0 && batch <= inc {
+		m.frontPut(v, k, (retryU+1<<TimeShift-1)>>TimeShift, true)
 	}
 	return ok
+}
+
+// srcCreditName is the Go model of source.h's xl_src_credit_name: the
+// credit goes back to the source it held and now names k.
+func (m *Model) srcCreditName(cr *srcCredit, k SourceKey, r *Rule, b Bucket) {
+	if cr == nil {
+		return
+	}
+	m.srcCreditReturn(cr)
+	*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
 }
