@@ -151,17 +151,18 @@ struct {
 } xl_src_credits SEC(".maps");
 
 /* State. Key: a hash of a source's key (source.h, xl_src_front_hash),
- * modulo XL_SRC_FRONT_SETS. Value: a set of two ways, each a source that
- * xl_sources does not hold (seen once) or one its bucket refuses for a
- * while (over). Per-CPU array: no locks, no atomics, no insert; a source
- * reaches the shared LRU only when it comes back, so a spoofed flood of
+ * modulo XL_SRC_FRONT_SETS, divided by XL_SRC_FRONT_BLOCK. Value: that many
+ * sets of two ways, each a source that xl_sources does not hold (seen
+ * once) or one its bucket refuses for a while (over). Per-CPU array: no
+ * locks, no atomics, no insert; a source reaches the shared LRU only when
+ * it comes back within its emission interval, so a spoofed flood of
  * sources that never return cannot thrash it. Pinned: an over way holds
  * drops not yet counted in the source's entry. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XL_SRC_FRONT_SETS);
+	__uint(max_entries, XL_SRC_FRONT_BLOCKS);
 	__type(key, __u32);
-	__type(value, struct xl_src_front_set);
+	__type(value, struct xl_src_front_block);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_src_front SEC(".maps");
 

@@ -141,6 +141,27 @@ static __always_inline void xl_src_front_flush(struct xl_src_front *w, struct xl
 	w->drops = 0;
 }
 
+/* The way of set fs that a source it does not hold may take: one that
+ * holds nothing (empty, of an older generation, or whose time has passed:
+ * a seen source whose bucket is full again, an over one whose bucket has
+ * room), else an over way (the earlier), never one seen once and still
+ * held, whose packet is charged nowhere else (NULL). */
+static __always_inline struct xl_src_front *xl_src_front_victim(struct xl_src_front_set *fs,
+								__u32 gen, __u64 now_u)
+{
+	struct xl_src_front *a = &fs->way[0];
+	struct xl_src_front *b = &fs->way[1];
+	if (a->gen != gen || (__s64)(a->t - now_u) <= 0)
+		return a;
+	if (b->gen != gen || (__s64)(b->t - now_u) <= 0)
+		return b;
+	if ((a->slot & XL_FRONT_OVER) && (!(b->slot & XL_FRONT_OVER) || (__s64)(a->t - b->t) <= 0))
+		return a;
+	if (b->slot & XL_FRONT_OVER)
+		return b;
+	return NULL;
+}
+
 /* Writes the source of key k into front way w (when it held another
  * source, that one's refusals are counted first, through the key buffer
  * tmp). */
@@ -220,28 +241,23 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	__u32 g = active ? *active : 0;
 	__u32 tag = slot | (k.family == 6 ? XL_FRONT_V6 : 0);
 	__u32 set = xl_src_front_hash(&k) & (XL_SRC_FRONT_SETS - 1);
+	__u32 blk = set / XL_SRC_FRONT_BLOCK;
+	struct xl_src_front_block *fb = NULL;
 	struct xl_src_front_set *fs = NULL;
 	if (g && (g & 1) == gen)
-		fs = bpf_map_lookup_elem(&xl_src_front, &set);
+		fb = bpf_map_lookup_elem(&xl_src_front, &blk);
+	if (fb)
+		fs = &fb->set[set & (XL_SRC_FRONT_BLOCK - 1)];
 	struct xl_src_front *f = NULL; /* its way */
-	struct xl_src_front *v = NULL; /* the way it takes */
+	struct xl_src_front *v = NULL; /* the way it takes, if any */
 	if (fs) {
 		if (xl_src_front_is(&fs->way[0], &k, tag, g))
 			f = &fs->way[0];
 		else if (xl_src_front_is(&fs->way[1], &k, tag, g))
 			f = &fs->way[1];
-		v = f;
-		if (!v) {
-			/* A way of an older generation, else the one of the
-			 * earlier time: a seen way before an over way still
-			 * refusing. */
-			v = &fs->way[1];
-			if (fs->way[0].gen != g ||
-			    (fs->way[1].gen == g && fs->way[0].t <= fs->way[1].t))
-				v = &fs->way[0];
-		}
+		v = f ? f : xl_src_front_victim(fs, g, now_u);
 	}
-	if (f && (f->slot & XL_FRONT_OVER) && t < f->t) {
+	if (f && (f->slot & XL_FRONT_OVER) && (__s64)(now_u - f->t) < 0) {
 		if (!same)
 			xl_src_credit_name(cr, &k, r, b);
 		if (f->drops < 0xffff)
@@ -251,19 +267,25 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 
 	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, &k);
 	if (!s) {
-		__u64 tat = now_u;
-		if (v && !(f && !(f->slot & XL_FRONT_OVER))) {
-			/* New to this CPU (or evicted from the LRU): its bucket
-			 * is full, so the packet passes; remember it. */
-			xl_src_front_put(v, &k, tag, g, t, 0, &sc->tmp.way);
+		/* Its bucket holds a packet only while the front's seen way
+		 * says so (its TAT ahead of now); else it is full. */
+		int held = f && !(f->slot & XL_FRONT_OVER) && (__s64)(f->t - now_u) > 0;
+		if (v && !held) {
+			/* New to this CPU, back after its bucket refilled, or
+			 * evicted from the LRU: the packet passes; remember it. */
+			xl_src_front_put(v, &k, tag, g, now_u + inc, 0, &sc->tmp.way);
 			if (!same)
 				xl_src_credit_name(cr, &k, r, b);
 			return 1;
 		}
-		if (f) {
-			/* It came back: charged with the packet the front let
-			 * through. */
-			tat = (f->t << XL_TIME_SHIFT) + inc;
+		/* It came back within its emission interval: its entry,
+		 * charged with the packet the front let through. Or the front
+		 * has no way for it (both hold sources seen once, whose
+		 * packets are charged nowhere else): an entry, as without a
+		 * front. */
+		__u64 tat = now_u;
+		if (held) {
+			tat = f->t;
 			f->gen = 0;
 		}
 		sc->tmp.fresh = (struct xl_source){.tat = tat, .epoch = r->epoch};

@@ -315,15 +315,21 @@ struct xl_src_credit {
  * direct-mapped table of sets of two ways, indexed by a hash of the
  * source's key, that holds sources the shared table (xl_sources) does not
  * need to: one seen once (XL_FRONT_SEEN: its one packet admitted, no entry
- * made) and one its bucket refused (XL_FRONT_OVER: refused until t). */
+ * made, t its TAT) and one its bucket refused (XL_FRONT_OVER: refused
+ * while now is before t). Times in 2^-6 ns, as a TAT. */
 #define XL_SRC_FRONT_SETS 16384 /* a power of two */
-#define XL_SRC_FRONT_WAYS 2
-#define XL_FRONT_V6	  0x40 /* xl_src_front.slot: the key's family is 6 */
-#define XL_FRONT_OVER	  0x80 /* xl_src_front.slot: refused until t; else seen at t */
+/* Sets per entry of xl_src_front: one CPU's entry is 32 KiB, the most a
+ * per-CPU value may be, so a set is found with one lookup of an entry
+ * whose pointer stays in cache (not one per set, scattered). */
+#define XL_SRC_FRONT_BLOCK  512
+#define XL_SRC_FRONT_BLOCKS (XL_SRC_FRONT_SETS / XL_SRC_FRONT_BLOCK)
+#define XL_SRC_FRONT_WAYS   2
+#define XL_FRONT_V6	    0x40 /* xl_src_front.slot: the key's family is 6 */
+#define XL_FRONT_OVER	    0x80 /* xl_src_front.slot: refused until t; else seen at t */
 
 struct xl_src_front {
 	__u8 addr[16]; /* the key's masked address */
-	__u64 t;       /* seen: its packet's time; over: refused before it (ns) */
+	__u64 t;       /* seen: its TAT; over: refused before it (2^-6 ns) */
 	__u32 gen;     /* xl_gen's raw value when written (0: empty) */
 	__u16 drops;   /* over: refusals not yet added to xl_source.drops */
 	__u8 slot;     /* the rule's slot | XL_FRONT_V6 | XL_FRONT_OVER */
@@ -332,6 +338,10 @@ struct xl_src_front {
 
 struct xl_src_front_set {
 	struct xl_src_front way[XL_SRC_FRONT_WAYS];
+};
+
+struct xl_src_front_block {
+	struct xl_src_front_set set[XL_SRC_FRONT_BLOCK];
 };
 
 /* A source's bucket (state). */

@@ -774,20 +774,22 @@ func (t *Tables) addFrontDrops(srcs []Source) error {
 		idx[k] = i
 	}
 	var key uint32
-	var per []xdpXlSrcFrontSet
+	var per []xdpXlSrcFrontBlock
 	it := t.front.Iterate()
 	for it.Next(&key, &per) {
-		for _, set := range per {
-			for _, w := range set.Way {
-				if w.Gen == 0 || w.Drops == 0 {
-					continue
-				}
-				k := xdpXlSourceKey{Slot: uint32(w.Slot & (frontV6 - 1)), Family: 4, Prefixlen: w.Prefixlen, Addr: w.Addr}
-				if w.Slot&frontV6 != 0 {
-					k.Family = 6
-				}
-				if i, ok := idx[k]; ok {
-					srcs[i].Drops += uint64(w.Drops)
+		for _, blk := range per {
+			for _, w := range blk.Set {
+				for _, w := range w.Way {
+					if w.Gen == 0 || w.Drops == 0 {
+						continue
+					}
+					k := xdpXlSourceKey{Slot: uint32(w.Slot & (frontV6 - 1)), Family: 4, Prefixlen: w.Prefixlen, Addr: w.Addr}
+					if w.Slot&frontV6 != 0 {
+						k.Family = 6
+					}
+					if i, ok := idx[k]; ok {
+						srcs[i].Drops += uint64(w.Drops)
+					}
 				}
 			}
 		}

@@ -236,16 +236,19 @@ type resptimeXlSrcCredit struct {
 	Pad    uint32
 }
 
-type resptimeXlSrcFrontSet struct {
+type resptimeXlSrcFrontBlock struct {
 	_   structs.HostLayout
-	Way [2]struct {
-		_         structs.HostLayout
-		Addr      [16]uint8
-		T         uint64
-		Gen       uint32
-		Drops     uint16
-		Slot      uint8
-		Prefixlen uint8
+	Set [512]struct {
+		_   structs.HostLayout
+		Way [2]struct {
+			_         structs.HostLayout
+			Addr      [16]uint8
+			T         uint64
+			Gen       uint32
+			Drops     uint16
+			Slot      uint8
+			Prefixlen uint8
+		}
 	}
 }
 

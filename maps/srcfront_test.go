@@ -80,6 +80,44 @@ func TestSourceFront(t *testing.T) {
 		psCompareCounters(t, h)
 	})
 
+	// Four sources that share one set of two ways, each at three times its
+	// limit, interleaved: a way seen once still holds a packet charged
+	// nowhere else, so it is never overwritten (the others get entries),
+	// and each source is held to its limit. At 83f7bca the seen ways were
+	// overwritten and each source admitted as new each time
+	// (bench/results/issue28/test-before-83f7bca-full-set.txt).
+	t.Run("full set", func(t *testing.T) {
+		h := newPSHarness(t, 0)
+		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, ps)}}, nil))
+		slot := h.slot(t, "r")
+		var srcs [][]byte
+		want := frontSet(slot, netip.MustParseAddr("198.51.100.1"), 32)
+		for i := 2; len(srcs) < 4; i++ {
+			a := netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)})
+			if frontSet(slot, a, 32) == want {
+				srcs = append(srcs, build(udpTo(a, 53)))
+			}
+		}
+		admitted := make([]int, len(srcs))
+		const steps = 300 // 10 s: each source every 33 ms, 30/s against 10/s
+		for k := range steps {
+			for i, f := range srcs {
+				if pass, _ := h.run(t, f, psT0+uint64(k)*33*psMS+uint64(i)*psMS); pass {
+					admitted[i]++
+				}
+			}
+		}
+		limit := ps.Rate*float64(steps)*0.033 + ps.Burst
+		for i, n := range admitted {
+			if float64(n) > limit+1 {
+				t.Errorf("source %d of the set: admitted %d, its limit %.0f", i, n, limit)
+			}
+		}
+		t.Logf("admitted %v, each limited to %.0f", admitted, limit)
+		psCompareTable(t, h)
+		psCompareCounters(t, h)
+	})
+
 	// A trace of sources of every kind, with reloads: a flood of sources
 	// that never come back, sources that come back at gaps around the
 	// emission interval, sources over their limit, three sources that

@@ -270,16 +270,19 @@ type tcXlSrcCredit struct {
 	Pad    uint32
 }
 
-type tcXlSrcFrontSet struct {
+type tcXlSrcFrontBlock struct {
 	_   structs.HostLayout
-	Way [2]struct {
-		_         structs.HostLayout
-		Addr      [16]uint8
-		T         uint64
-		Gen       uint32
-		Drops     uint16
-		Slot      uint8
-		Prefixlen uint8
+	Set [512]struct {
+		_   structs.HostLayout
+		Way [2]struct {
+			_         structs.HostLayout
+			Addr      [16]uint8
+			T         uint64
+			Gen       uint32
+			Drops     uint16
+			Slot      uint8
+			Prefixlen uint8
+		}
 	}
 }
 

@@ -341,16 +341,19 @@ type xdpXlSrcCredit struct {
 	Pad    uint32
 }
 
-type xdpXlSrcFrontSet struct {
+type xdpXlSrcFrontBlock struct {
 	_   structs.HostLayout
-	Way [2]struct {
-		_         structs.HostLayout
-		Addr      [16]uint8
-		T         uint64
-		Gen       uint32
-		Drops     uint16
-		Slot      uint8
-		Prefixlen uint8
+	Set [512]struct {
+		_   structs.HostLayout
+		Way [2]struct {
+			_         structs.HostLayout
+			Addr      [16]uint8
+			T         uint64
+			Gen       uint32
+			Drops     uint16
+			Slot      uint8
+			Prefixlen uint8
+		}
 	}
 }
 

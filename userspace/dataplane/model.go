@@ -547,8 +547,8 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		return true
 	}
 	now := nowNS << TimeShift
-	f, v := m.frontFind(k)
-	if f != nil && f.over && nowNS < f.t {
+	f, v := m.frontFind(k, now)
+	if f != nil && f.over && int64(now-f.t) < 0 {
 		if !same {
 			m.srcCreditName(cr, k, r, b)
 		}
@@ -559,16 +559,19 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	}
 	s, ok := m.sources[k]
 	if !ok {
-		tat := now
-		if f == nil || f.over {
-			m.frontPut(v, k, nowNS, false)
+		held := f != nil && !f.over && int64(f.t-now) > 0
+		if v != nil && !held {
+			m.frontPut(v, k, now+inc, false)
 			if !same {
 				m.srcCreditName(cr, k, r, b)
 			}
 			return true
 		}
-		tat = f.t<<TimeShift + inc
-		f.plan = nil
+		tat := now
+		if held {
+			tat = f.t
+			f.plan = nil
+		}
 		s = &SourceState{TAT: tat, Epoch: r.Epoch}
 		m.sources[k] = s
 	}
@@ -620,8 +623,8 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		f.drops = 0
 	}
 	s.Drops += drops
-	if !ok && retryU != 0 && r.Flags&RuleBan == 0 && batch <= inc {
-		m.frontPut(v, k, (retryU+1<<TimeShift-1)>>TimeShift, true)
+	if !ok && v != nil && retryU != 0 && r.Flags&RuleBan == 0 && batch <= inc {
+		m.frontPut(v, k, retryU, true)
 	}
 	return ok
 }

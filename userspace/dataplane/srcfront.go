@@ -7,6 +7,9 @@ import "encoding/binary"
 const (
 	SrcFrontSets = 16384
 	SrcFrontWays = 2
+	// SrcFrontBlock is how many sets one entry of the map holds (32 KiB
+	// a CPU: a per-CPU value's largest size).
+	SrcFrontBlock = 512
 	// SrcFrontDropsMax is what a way's count of refusals holds (a u16).
 	SrcFrontDropsMax = 0xffff
 )
@@ -27,7 +30,8 @@ func SrcFrontHash(k SourceKey) uint32 {
 }
 
 // frontWay is the Go model of struct xl_src_front: a source that the table
-// does not hold (seen at t) or that its bucket refuses until t (over).
+// does not hold (seen: t is its TAT) or that its bucket refuses while now
+// is before t (over); times in 2^-6 ns.
 type frontWay struct {
 	key SourceKey
 	t   uint64
@@ -47,10 +51,10 @@ func (m *Model) frontCurrent(w *frontWay) bool {
 	return w.plan != nil && w.plan == m.Plan && w.reloads == m.reloads
 }
 
-// frontFind is the Go model of xl_source_admit's lookup of the front: the
-// source's way (nil when it has none) and the way it takes (its own, else
-// one of an older generation, else the one of the earlier time).
-func (m *Model) frontFind(k SourceKey) (f, v *frontWay) {
+// frontFind is the Go model of xl_source_admit's lookup of the front at
+// now (2^-6 ns): the source's way (nil when it has none) and the way it
+// takes (its own, else xl_src_front_victim's: nil when none may go).
+func (m *Model) frontFind(k SourceKey, now uint64) (f, v *frontWay) {
 	if m.front == nil {
 		m.front = new(srcFront)
 	}
@@ -60,10 +64,18 @@ func (m *Model) frontFind(k SourceKey) (f, v *frontWay) {
 			return &set[i], &set[i]
 		}
 	}
-	if !m.frontCurrent(&set[0]) || (m.frontCurrent(&set[1]) && set[0].t <= set[1].t) {
-		return nil, &set[0]
+	a, b := &set[0], &set[1]
+	switch {
+	case !m.frontCurrent(a) || int64(a.t-now) <= 0:
+		return nil, a
+	case !m.frontCurrent(b) || int64(b.t-now) <= 0:
+		return nil, b
+	case a.over && (!b.over || int64(a.t-b.t) <= 0):
+		return nil, a
+	case b.over:
+		return nil, b
 	}
-	return nil, &set[1]
+	return nil, nil
 }
 
 // frontPut is the Go model of xl_src_front_put: the source of k takes w;
