@@ -55,6 +55,31 @@ static __always_inline struct xl_src_credit *xl_src_credit_for(const struct xl_r
 	return bpf_map_lookup_elem(&xl_src_credits, &slot);
 }
 
+/* Whether credit cr holds the packet's source for rule r in slot, under
+ * the rule's settings: what xl_source_admit's `same` says, without
+ * building the source's key. */
+static __always_inline int xl_src_credit_holds(const struct xl_src_credit *cr,
+					       const struct xl_rule *r, __u32 slot,
+					       const struct xl_pkt *pkt)
+{
+	__s32 plen = pkt->family == 4 ? r->prefix4 : r->prefix6;
+	if (cr->epoch != r->epoch || cr->mult != r->source.mult || cr->tol != r->source.tol ||
+	    cr->key.slot != slot || cr->key.family != pkt->family || cr->key.prefixlen != plen)
+		return 0;
+	const __u32 *a = (const __u32 *)pkt->saddr;
+	const __u32 *k = (const __u32 *)cr->key.addr;
+	__u32 d = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__s32 bits = plen - 32 * i;
+		__u32 mask = bits >= 32	 ? 0xffffffff
+			     : bits <= 0 ? 0
+					 : bpf_htonl(0xffffffff << (32 - bits));
+		d |= (a[i] & mask) ^ k[i];
+	}
+	return !d;
+}
+
 /* Gives the credit cr holds back to its source's bucket before another
  * source takes cr over: the TAT moves back by it (a bucket that has
  * refilled in the meantime stays full: a TAT behind now counts as now).
@@ -146,14 +171,19 @@ static __always_inline void xl_src_front_flush(struct xl_src_front *w, struct xl
  * a seen source whose bucket is full again, an over one whose bucket has
  * room), else an over way (the earlier), never one seen once and still
  * held, whose packet is charged nowhere else (NULL). */
+static __always_inline int xl_src_front_free(const struct xl_src_front *w, __u32 gen, __u64 now_u)
+{
+	return w->gen != gen || (__s64)(w->t - now_u) <= 0;
+}
+
 static __always_inline struct xl_src_front *xl_src_front_victim(struct xl_src_front_set *fs,
 								__u32 gen, __u64 now_u)
 {
 	struct xl_src_front *a = &fs->way[0];
 	struct xl_src_front *b = &fs->way[1];
-	if (a->gen != gen || (__s64)(a->t - now_u) <= 0)
+	if (xl_src_front_free(a, gen, now_u))
 		return a;
-	if (b->gen != gen || (__s64)(b->t - now_u) <= 0)
+	if (xl_src_front_free(b, gen, now_u))
 		return b;
 	if ((a->slot & XL_FRONT_OVER) && (!(b->slot & XL_FRONT_OVER) || (__s64)(a->t - b->t) <= 0))
 		return a;
@@ -349,8 +379,13 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	if (drops)
 		__sync_fetch_and_add(&s->drops, drops);
 	/* Refused with no ban and no credit: the front refuses it until its
-	 * bucket has room (retry_u 0: the compare-and-swap kept losing). */
-	if (!ok && v && retry_u && !(r->flags & XL_RULE_BAN) && batch <= inc)
+	 * bucket has room (retry_u 0: the compare-and-swap kept losing), in
+	 * its own way or a free one: an over way still refusing stays, so
+	 * that two sources of a set over their limits keep their ways while
+	 * others take the LRU lookup (no way taken and given back per
+	 * packet, each with its count of refusals to add). */
+	if (!ok && v && (v == f || xl_src_front_free(v, g, now_u)) && retry_u &&
+	    !(r->flags & XL_RULE_BAN) && batch <= inc)
 		xl_src_front_put(v, &k, tag, g,
 				 (retry_u + (1 << XL_TIME_SHIFT) - 1) >> XL_TIME_SHIFT,
 				 XL_FRONT_OVER, &sc->tmp.way);
@@ -379,7 +414,19 @@ __noinline int xl_source_admit(const struct xl_rule *r, __u32 slot_gen, const st
 static __always_inline int xl_source_pass_front(const struct xl_rule *r, __u32 slot, __u32 gen,
 						const struct xl_pkt *pkt, __u64 *now)
 {
-	return !(r->flags & XL_RULE_PER_SOURCE) || xl_source_admit(r, slot | gen << 8, pkt, now);
+	if (!(r->flags & XL_RULE_PER_SOURCE))
+		return 1;
+	/* A hot source spends its credit here, inline: a call costs more
+	 * than the rest of it (xl_source_admit would do the same). */
+	struct xl_src_credit *cr = xl_src_credit_for(r, slot);
+	if (cr && cr->credit && xl_src_credit_holds(cr, r, slot, pkt)) {
+		__u64 inc = xl_bucket_inc(&r->source, 1);
+		if (cr->credit >= inc) {
+			cr->credit -= inc;
+			return 1;
+		}
+	}
+	return xl_source_admit(r, slot | gen << 8, pkt, now);
 }
 
 /* As xl_source_pass_front, without the front, and inlined (the TC

@@ -623,7 +623,7 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		f.drops = 0
 	}
 	s.Drops += drops
-	if !ok && v != nil && retryU != 0 && r.Flags&RuleBan == 0 && batch <= inc {
+	if !ok && v != nil && (v == f || m.frontFree(v, now)) && retryU != 0 && r.Flags&RuleBan == 0 && batch <= inc {
 		m.frontPut(v, k, retryU, true)
 	}
 	return ok

@@ -51,6 +51,11 @@ func (m *Model) frontCurrent(w *frontWay) bool {
 	return w.plan != nil && w.plan == m.Plan && w.reloads == m.reloads
 }
 
+// frontFree is the Go model of xl_src_front_free: w holds nothing at now.
+func (m *Model) frontFree(w *frontWay, now uint64) bool {
+	return !m.frontCurrent(w) || int64(w.t-now) <= 0
+}
+
 // frontFind is the Go model of xl_source_admit's lookup of the front at
 // now (2^-6 ns): the source's way (nil when it has none) and the way it
 // takes (its own, else xl_src_front_victim's: nil when none may go).
@@ -66,9 +71,9 @@ func (m *Model) frontFind(k SourceKey, now uint64) (f, v *frontWay) {
 	}
 	a, b := &set[0], &set[1]
 	switch {
-	case !m.frontCurrent(a) || int64(a.t-now) <= 0:
+	case m.frontFree(a, now):
 		return nil, a
-	case !m.frontCurrent(b) || int64(b.t-now) <= 0:
+	case m.frontFree(b, now):
 		return nil, b
 	case a.over && (!b.over || int64(a.t-b.t) <= 0):
 		return nil, a
