@@ -17,7 +17,8 @@
 //     each receiver in turn: XDP_DROP (reference), no filter, xlimit (the
 //     real `xlimit run`), nftables limit and meter at netdev ingress,
 //     iptables-nft hashlimit. Flat out and at fixed offered rates, and with
-//     random sources against the per-source limiters.
+//     random sources against the per-source limiters; and the flood on one
+//     queue up to every queue of the veth (XDP_DROP and xlimit).
 //  3. Rate accuracy: maps' fake-clock accuracy tests, and admitted versus
 //     configured on live traffic for xlimit and nftables limit; and the
 //     effect of the burst and of the CPU count on hashlimit.

@@ -152,12 +152,12 @@ struct {
 
 /* State. Key: a hash of a source's key (source.h, xl_src_front_hash),
  * modulo XL_SRC_FRONT_SETS, divided by XL_SRC_FRONT_BLOCK. Value: that many
- * sets of two ways, each a source that xl_sources does not hold (seen
- * once) or one its bucket refuses for a while (over). Per-CPU array: no
- * locks, no atomics, no insert; a source reaches the shared LRU only when
- * it comes back within its emission interval, so a spoofed flood of
- * sources that never return cannot thrash it. Pinned: an over way holds
- * drops not yet counted in the source's entry. */
+ * sets of two ways, each a source that xl_sources does not hold, seen once
+ * within its emission interval. Per-CPU array: no locks, no atomics, no
+ * insert; a source reaches the shared LRU only when it comes back within
+ * its emission interval, so a spoofed flood of sources that never return
+ * cannot thrash it. Pinned as xl_src_credits is: a way holds a packet
+ * charged nowhere else. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, XL_SRC_FRONT_BLOCKS);

@@ -144,87 +144,32 @@ static __always_inline int xl_src_front_is(const struct xl_src_front *w,
 {
 	const __u32 *a = (const __u32 *)w->addr;
 	const __u32 *b = (const __u32 *)k->addr;
-	return w->gen == gen && (w->slot & ~XL_FRONT_OVER) == tag && w->prefixlen == k->prefixlen &&
+	return w->gen == gen && w->slot == tag && w->prefixlen == k->prefixlen &&
 	       !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
 }
 
-/* Adds the refusals an over way counted to its source's entry, of any
- * generation (its key is whole in the way; the reader of xl_sources adds
- * the ways' counts too, so xlimit status's per-source counts only grow). */
-static __always_inline void xl_src_front_flush(struct xl_src_front *w, struct xl_source_key *k)
-{
-	if (!w->drops || !w->gen)
-		return;
-	k->slot = w->slot & (XL_FRONT_V6 - 1);
-	k->family = (w->slot & XL_FRONT_V6) ? 6 : 4;
-	k->prefixlen = w->prefixlen;
-	k->_pad = 0;
-	__builtin_memcpy(k->addr, w->addr, 16);
-	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, k);
-	if (s)
-		__sync_fetch_and_add(&s->drops, w->drops);
-	w->drops = 0;
-}
-
-/* The way of set fs that a source it does not hold may take: one that
- * holds nothing (empty, of an older generation, or whose time has passed:
- * a seen source whose bucket is full again, an over one whose bucket has
- * room), else an over way (the earlier), never one seen once and still
- * held, whose packet is charged nowhere else (NULL). */
+/* Whether way w holds nothing at now_u (2^-6 ns): empty, of an older
+ * generation, or a source whose bucket is full again (its TAT passed). */
 static __always_inline int xl_src_front_free(const struct xl_src_front *w, __u32 gen, __u64 now_u)
 {
 	return w->gen != gen || (__s64)(w->t - now_u) <= 0;
-}
-
-static __always_inline struct xl_src_front *xl_src_front_victim(struct xl_src_front_set *fs,
-								__u32 gen, __u64 now_u)
-{
-	struct xl_src_front *a = &fs->way[0];
-	struct xl_src_front *b = &fs->way[1];
-	if (xl_src_front_free(a, gen, now_u))
-		return a;
-	if (xl_src_front_free(b, gen, now_u))
-		return b;
-	if ((a->slot & XL_FRONT_OVER) && (!(b->slot & XL_FRONT_OVER) || (__s64)(a->t - b->t) <= 0))
-		return a;
-	if (b->slot & XL_FRONT_OVER)
-		return b;
-	return NULL;
-}
-
-/* Writes the source of key k into front way w (when it held another
- * source, that one's refusals are counted first, through the key buffer
- * tmp). */
-static __always_inline void xl_src_front_put(struct xl_src_front *w, const struct xl_source_key *k,
-					     __u32 tag, __u32 gen, __u64 t, __u32 over,
-					     struct xl_source_key *tmp)
-{
-	if (!xl_src_front_is(w, k, tag, gen))
-		xl_src_front_flush(w, tmp);
-	__builtin_memcpy(w->addr, k->addr, 16);
-	w->t = t;
-	w->gen = gen;
-	w->slot = tag | over;
-	w->prefixlen = k->prefixlen;
 }
 
 /* Returns 1 when the packet's source is within its own limit (and not
  * banned), charging its bucket. *now is read lazily (0: not yet).
  * gen: the rule's generation (0 or 1), or XL_FRONT_NONE for no front.
  *
- * The front (xl_src_front, per CPU, in front of the shared LRU): a source
- * that the LRU does not hold and that this CPU has not seen is admitted
- * as its full bucket would admit it, and only remembered in the front
- * (seen at t): no LRU insert, so a spoofed flood of sources that never
- * come back costs a front write each and evicts no source from the LRU.
- * When it comes back while the front remembers it, it gets its entry,
- * charged with that first packet (TAT t + inc, what the first packet
- * would have left), and is charged from then on as before. When its
- * bucket refuses it, the front remembers until when (over: the earliest
- * time a packet fits, exact since the TAT only moves forward: only for
- * rules without a ban and whose CPUs hold no credit, a batch being at most
- * a packet), and refuses its packets until then without the LRU lookup,
- * counting them in the way until its next visit to the entry.
+ * The front (xl_src_front, per CPU, consulted when the shared LRU does not
+ * hold the source): such a source whose way holds no packet (new to this
+ * CPU, back after its bucket refilled, or evicted) is admitted, as its
+ * full bucket admits it, and only written into a free way as seen, with
+ * the TAT its packet left: no LRU insert, so a spoofed flood of sources
+ * that never come back costs a front write each and evicts no source
+ * from the LRU. When it comes back while its way still holds the packet
+ * (its TAT ahead of now), it gets its entry, charged with that packet,
+ * and is charged from then on as before. A way that holds a packet is
+ * never overwritten (the packet is charged nowhere else): when both ways
+ * of its set hold one, a new source gets an entry as without a front.
  *
  * A CPU's credit in front of the shared bucket (xl_src_credits, as
  * xl_cache is for a rule's): when the same source comes twice in a row to
@@ -254,73 +199,64 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 
 	__builtin_memset(kp, 0, sizeof(*kp));
 	xl_source_key(kp, r, slot, pkt);
-#define k (*kp)
 	struct xl_src_credit *cr = xl_src_credit_for(r, slot);
 	int same = cr && cr->epoch == r->epoch && cr->mult == b->mult && cr->tol == b->tol &&
-		   xl_source_key_eq(&cr->key, &k);
+		   xl_source_key_eq(&cr->key, kp);
 	if (same && cr->credit >= inc) {
 		cr->credit -= inc;
 		return 1;
 	}
 	__u64 t = xl_time(now);
 	__u64 now_u = t << XL_TIME_SHIFT;
-
-	/* The front: this source's way, or the one it would take. */
-	__u32 zero = 0;
-	__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
-	__u32 g = active ? *active : 0;
-	__u32 tag = slot | (k.family == 6 ? XL_FRONT_V6 : 0);
-	__u32 set = xl_src_front_hash(&k) & (XL_SRC_FRONT_SETS - 1);
-	__u32 blk = set / XL_SRC_FRONT_BLOCK;
-	struct xl_src_front_block *fb = NULL;
-	struct xl_src_front_set *fs = NULL;
-	if (g && (g & 1) == gen)
-		fb = bpf_map_lookup_elem(&xl_src_front, &blk);
-	if (fb)
-		fs = &fb->set[set & (XL_SRC_FRONT_BLOCK - 1)];
-	struct xl_src_front *f = NULL; /* its way */
-	struct xl_src_front *v = NULL; /* the way it takes, if any */
-	if (fs) {
-		if (xl_src_front_is(&fs->way[0], &k, tag, g))
-			f = &fs->way[0];
-		else if (xl_src_front_is(&fs->way[1], &k, tag, g))
-			f = &fs->way[1];
-		v = f ? f : xl_src_front_victim(fs, g, now_u);
-	}
-	if (f && (f->slot & XL_FRONT_OVER) && (__s64)(now_u - f->t) < 0) {
-		if (!same)
-			xl_src_credit_name(cr, &k, r, b);
-		if (f->drops < 0xffff)
-			f->drops++;
-		return 0;
-	}
-
-	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, &k);
+	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, kp);
 	if (!s) {
-		/* Its bucket holds a packet only while the front's seen way
-		 * says so (its TAT ahead of now); else it is full. */
-		int held = f && !(f->slot & XL_FRONT_OVER) && (__s64)(f->t - now_u) > 0;
-		if (v && !held) {
-			/* New to this CPU, back after its bucket refilled, or
-			 * evicted from the LRU: the packet passes; remember it. */
-			xl_src_front_put(v, &k, tag, g, now_u + inc, 0, &sc->tmp.way);
-			if (!same)
-				xl_src_credit_name(cr, &k, r, b);
-			return 1;
-		}
-		/* It came back within its emission interval: its entry,
-		 * charged with the packet the front let through. Or the front
-		 * has no way for it (both hold sources seen once, whose
-		 * packets are charged nowhere else): an entry, as without a
-		 * front. */
 		__u64 tat = now_u;
-		if (held) {
-			tat = f->t;
-			f->gen = 0;
+		__u32 zero = 0;
+		__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
+		__u32 g = active ? *active : 0;
+		__u32 set = xl_src_front_hash(kp) & (XL_SRC_FRONT_SETS - 1);
+		__u32 blk = set / XL_SRC_FRONT_BLOCK;
+		struct xl_src_front_block *fb = NULL;
+		if (g && (g & 1) == gen)
+			fb = bpf_map_lookup_elem(&xl_src_front, &blk);
+		if (fb) {
+			struct xl_src_front_set *fs = &fb->set[set & (XL_SRC_FRONT_BLOCK - 1)];
+			__u32 tag = slot | (kp->family == 6 ? XL_FRONT_V6 : 0);
+			struct xl_src_front *f = NULL;
+			if (xl_src_front_is(&fs->way[0], kp, tag, g))
+				f = &fs->way[0];
+			else if (xl_src_front_is(&fs->way[1], kp, tag, g))
+				f = &fs->way[1];
+			if (f && !xl_src_front_free(f, g, now_u)) {
+				/* Back within its emission interval: its entry,
+				 * charged with the packet the front let through. */
+				tat = f->t;
+				f->gen = 0;
+			} else {
+				struct xl_src_front *v = f;
+				if (!v && xl_src_front_free(&fs->way[0], g, now_u))
+					v = &fs->way[0];
+				else if (!v && xl_src_front_free(&fs->way[1], g, now_u))
+					v = &fs->way[1];
+				if (v) {
+					/* Its bucket is full: the packet passes;
+					 * remember it. */
+					__builtin_memcpy(v->addr, kp->addr, 16);
+					v->t = now_u + inc;
+					v->gen = g;
+					v->slot = tag;
+					v->prefixlen = kp->prefixlen;
+					if (!same)
+						xl_src_credit_name(cr, kp, r, b);
+					return 1;
+				}
+				/* Both ways hold a packet charged nowhere
+				 * else: an entry, as without a front. */
+			}
 		}
-		sc->tmp.fresh = (struct xl_source){.tat = tat, .epoch = r->epoch};
-		bpf_map_update_elem(&xl_sources, &k, &sc->tmp.fresh, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&xl_sources, &k);
+		sc->fresh = (struct xl_source){.tat = tat, .epoch = r->epoch};
+		bpf_map_update_elem(&xl_sources, kp, &sc->fresh, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&xl_sources, kp);
 		if (!s)
 			return 1;
 	}
@@ -337,20 +273,20 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		s->over_since_ns = 0;
 
 	int ok;
-	__u64 retry_u = 0;
-	__u64 batch = (__u64)XL_BATCH_NS << XL_TIME_SHIFT;
-	if (batch > b->tol / 4)
-		batch = b->tol / 4;
 	if (same) {
+		__u64 batch = (__u64)XL_BATCH_NS << XL_TIME_SHIFT;
+		if (batch > b->tol / 4)
+			batch = b->tol / 4;
 		__u64 need = inc - cr->credit;
+		__u64 retry_u;
 		__u64 took = xl_gcra_take(&s->tat, b->tol, now_u, need, need > batch ? need : batch,
 					  &retry_u);
 		ok = took != 0;
 		if (ok)
 			cr->credit = cr->credit + took - inc;
 	} else {
-		xl_src_credit_name(cr, &k, r, b);
-		ok = xl_gcra_take(&s->tat, b->tol, now_u, inc, inc, &retry_u) != 0;
+		xl_src_credit_name(cr, kp, r, b);
+		ok = xl_gcra(&s->tat, b, now_u, 1);
 	}
 
 	if (r->flags & XL_RULE_BAN) {
@@ -371,27 +307,10 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 				s->banned_until_ns = t + r->ban_ns;
 		}
 	}
-	__u64 drops = !ok;
-	if (f && (f->slot & XL_FRONT_OVER)) {
-		drops += f->drops;
-		f->drops = 0;
-	}
-	if (drops)
-		__sync_fetch_and_add(&s->drops, drops);
-	/* Refused with no ban and no credit: the front refuses it until its
-	 * bucket has room (retry_u 0: the compare-and-swap kept losing), in
-	 * its own way or a free one: an over way still refusing stays, so
-	 * that two sources of a set over their limits keep their ways while
-	 * others take the LRU lookup (no way taken and given back per
-	 * packet, each with its count of refusals to add). */
-	if (!ok && v && (v == f || xl_src_front_free(v, g, now_u)) && retry_u &&
-	    !(r->flags & XL_RULE_BAN) && batch <= inc)
-		xl_src_front_put(v, &k, tag, g,
-				 (retry_u + (1 << XL_TIME_SHIFT) - 1) >> XL_TIME_SHIFT,
-				 XL_FRONT_OVER, &sc->tmp.way);
+	if (!ok)
+		__sync_fetch_and_add(&s->drops, 1);
 	return ok;
 }
-#undef k
 
 /* xl_source_admit_in through this CPU's front. slot_gen: the rule's slot,
  * and its generation (0 or 1) << 8. A global function: the verifier

@@ -314,9 +314,7 @@ struct xl_src_credit {
 /* The front of the per-source table (state, per CPU, source.h): a
  * direct-mapped table of sets of two ways, indexed by a hash of the
  * source's key, that holds sources the shared table (xl_sources) does not
- * need to: one seen once (XL_FRONT_SEEN: its one packet admitted, no entry
- * made, t its TAT) and one its bucket refused (XL_FRONT_OVER: refused
- * while now is before t). Times in 2^-6 ns, as a TAT. */
+ * hold, each seen once, with the TAT its one packet left (2^-6 ns). */
 #define XL_SRC_FRONT_SETS 16384 /* a power of two */
 /* Sets per entry of xl_src_front: one CPU's entry is 32 KiB, the most a
  * per-CPU value may be, so a set is found with one lookup of an entry
@@ -325,14 +323,13 @@ struct xl_src_credit {
 #define XL_SRC_FRONT_BLOCKS (XL_SRC_FRONT_SETS / XL_SRC_FRONT_BLOCK)
 #define XL_SRC_FRONT_WAYS   2
 #define XL_FRONT_V6	    0x40 /* xl_src_front.slot: the key's family is 6 */
-#define XL_FRONT_OVER	    0x80 /* xl_src_front.slot: refused until t; else seen at t */
 
 struct xl_src_front {
 	__u8 addr[16]; /* the key's masked address */
-	__u64 t;       /* seen: its TAT; over: refused before it (2^-6 ns) */
+	__u64 t;       /* the TAT its packet left: the way is free once now passes it */
 	__u32 gen;     /* xl_gen's raw value when written (0: empty) */
-	__u16 drops;   /* over: refusals not yet added to xl_source.drops */
-	__u8 slot;     /* the rule's slot | XL_FRONT_V6 | XL_FRONT_OVER */
+	__u16 _pad;
+	__u8 slot; /* the rule's slot | XL_FRONT_V6 */
 	__u8 prefixlen;
 };
 
@@ -358,10 +355,7 @@ struct xl_source {
  * stack that 6.1 allows a chain of calls (512 bytes). */
 struct xl_src_scratch {
 	struct xl_source_key key; /* the packet's source */
-	union {
-		struct xl_source fresh;	  /* its new entry */
-		struct xl_source_key way; /* a way's source, whose refusals are counted */
-	} tmp;
+	struct xl_source fresh;	  /* its new entry */
 };
 
 /* Bucket state (state, written by the XDP program only). */

@@ -150,11 +150,7 @@ type Tables struct {
 	// flood holds the flood memo's drops (bpf/flood.h), which Counters adds
 	// in; nil in pins of an xlimit from before it, which counted every drop
 	// in stats.
-	flood *ebpf.Map
-	// front is the per-CPU front of the per-source table (bpf/source.h),
-	// whose over ways hold refusals that Sources adds in; nil in pins of
-	// an xlimit from before it.
-	front  *ebpf.Map
+	flood  *ebpf.Map
 	cookie *cookieMaps // cookie.go
 	resp   *respMaps   // resptime.go
 	owned  bool
@@ -167,8 +163,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
-		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, front: m.XlSrcFront,
-		cookie: o.cookieMaps(), resp: o.respMaps(),
+		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, cookie: o.cookieMaps(), resp: o.respMaps(),
 	}
 }
 
@@ -207,12 +202,6 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlFlood, err)
 	}
 	t.flood = fl
-	fr, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlSrcFront), opts)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlSrcFront, err)
-	}
-	t.front = fr
 	c, err := openCookieMaps(dir, opts)
 	if err != nil {
 		t.Close()
@@ -233,7 +222,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.front, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -744,64 +733,12 @@ func (t *Tables) Sources(slot, n int) ([]Source, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read sources: %w", err)
 	}
-	if err := t.addFrontDrops(out); err != nil {
-		return nil, err
-	}
 	slices.SortFunc(out, func(a, b Source) int { return cmp.Compare(b.Drops, a.Drops) })
 	if n > 0 && len(out) > n {
 		out = out[:n]
 	}
 	return out, nil
 }
-
-// addFrontDrops adds to each source the refusals that the ways of every
-// CPU's front (xl_src_front) hold for it and have not added to its entry
-// yet, so that a source's count of drops only grows.
-func (t *Tables) addFrontDrops(srcs []Source) error {
-	if t.front == nil || len(srcs) == 0 {
-		return nil
-	}
-	idx := make(map[xdpXlSourceKey]int, len(srcs))
-	for i, s := range srcs {
-		k := xdpXlSourceKey{Slot: uint32(s.Slot), Prefixlen: uint8(s.Prefix.Bits()), Family: 6}
-		if s.Prefix.Addr().Is4() {
-			k.Family = 4
-			a := s.Prefix.Addr().As4()
-			copy(k.Addr[:], a[:])
-		} else {
-			k.Addr = s.Prefix.Addr().As16()
-		}
-		idx[k] = i
-	}
-	var key uint32
-	var per []xdpXlSrcFrontBlock
-	it := t.front.Iterate()
-	for it.Next(&key, &per) {
-		for _, blk := range per {
-			for _, w := range blk.Set {
-				for _, w := range w.Way {
-					if w.Gen == 0 || w.Drops == 0 {
-						continue
-					}
-					k := xdpXlSourceKey{Slot: uint32(w.Slot & (frontV6 - 1)), Family: 4, Prefixlen: w.Prefixlen, Addr: w.Addr}
-					if w.Slot&frontV6 != 0 {
-						k.Family = 6
-					}
-					if i, ok := idx[k]; ok {
-						srcs[i].Drops += uint64(w.Drops)
-					}
-				}
-			}
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read the per-source front: %w", err)
-	}
-	return nil
-}
-
-// frontV6 is xl_src_front.slot's family bit (XL_FRONT_V6).
-const frontV6 = 0x40
 
 // HostAddrs reads the host's addresses the program answers for
 // (xl_host_addrs).

@@ -245,7 +245,7 @@ type resptimeXlSrcFrontBlock struct {
 			Addr      [16]uint8
 			T         uint64
 			Gen       uint32
-			Drops     uint16
+			Pad       uint16
 			Slot      uint8
 			Prefixlen uint8
 		}
@@ -253,12 +253,9 @@ type resptimeXlSrcFrontBlock struct {
 }
 
 type resptimeXlSrcScratch struct {
-	_   structs.HostLayout
-	Key resptimeXlSourceKey
-	Tmp struct {
-		_     structs.HostLayout
-		Fresh resptimeXlSource
-	}
+	_     structs.HostLayout
+	Key   resptimeXlSourceKey
+	Fresh resptimeXlSource
 }
 
 // Names of all BPF objects in the ELF.

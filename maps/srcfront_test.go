@@ -51,9 +51,9 @@ func TestSourceFront(t *testing.T) {
 		psCompareCounters(t, h)
 	})
 
-	// A refused source is refused by the front until its bucket has room,
-	// and not one nanosecond longer: the table's entry is not touched
-	// meanwhile, and every refusal is counted in its drops as listed.
+	// A source that came back and is refused is refused until its bucket
+	// has room, and not one nanosecond longer: its entry's TAT is not
+	// touched meanwhile, and every refusal is counted in its drops.
 	t.Run("over until room", func(t *testing.T) {
 		h := newPSHarness(t, 0)
 		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, ps)}}, nil))

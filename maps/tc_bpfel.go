@@ -279,7 +279,7 @@ type tcXlSrcFrontBlock struct {
 			Addr      [16]uint8
 			T         uint64
 			Gen       uint32
-			Drops     uint16
+			Pad       uint16
 			Slot      uint8
 			Prefixlen uint8
 		}
@@ -287,12 +287,9 @@ type tcXlSrcFrontBlock struct {
 }
 
 type tcXlSrcScratch struct {
-	_   structs.HostLayout
-	Key tcXlSourceKey
-	Tmp struct {
-		_     structs.HostLayout
-		Fresh tcXlSource
-	}
+	_     structs.HostLayout
+	Key   tcXlSourceKey
+	Fresh tcXlSource
 }
 
 // Names of all BPF objects in the ELF.

@@ -350,7 +350,7 @@ type xdpXlSrcFrontBlock struct {
 			Addr      [16]uint8
 			T         uint64
 			Gen       uint32
-			Drops     uint16
+			Pad       uint16
 			Slot      uint8
 			Prefixlen uint8
 		}
@@ -358,12 +358,9 @@ type xdpXlSrcFrontBlock struct {
 }
 
 type xdpXlSrcScratch struct {
-	_   structs.HostLayout
-	Key xdpXlSourceKey
-	Tmp struct {
-		_     structs.HostLayout
-		Fresh xdpXlSource
-	}
+	_     structs.HostLayout
+	Key   xdpXlSourceKey
+	Fresh xdpXlSource
 }
 
 type xdpXlVerdict uint32

@@ -547,30 +547,14 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		return true
 	}
 	now := nowNS << TimeShift
-	f, v := m.frontFind(k, now)
-	if f != nil && f.over && int64(now-f.t) < 0 {
-		if !same {
-			m.srcCreditName(cr, k, r, b)
-		}
-		if f.drops < SrcFrontDropsMax {
-			f.drops++
-		}
-		return false
-	}
 	s, ok := m.sources[k]
 	if !ok {
-		held := f != nil && !f.over && int64(f.t-now) > 0
-		if v != nil && !held {
-			m.frontPut(v, k, now+inc, false)
+		tat, taken := m.frontSeen(k, now, inc)
+		if taken {
 			if !same {
 				m.srcCreditName(cr, k, r, b)
 			}
 			return true
-		}
-		tat := now
-		if held {
-			tat = f.t
-			f.plan = nil
 		}
 		s = &SourceState{TAT: tat, Epoch: r.Epoch}
 		m.sources[k] = s
@@ -581,21 +565,17 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	if int64(s.TAT-now) <= 0 {
 		s.OverSinceNS = 0
 	}
-	var retryU uint64
-	batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
 	if same {
+		batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
 		need := inc - cr.credit
-		var took uint64
-		took, retryU = b.Take(&s.TAT, nowNS, need, max(need, batch))
+		took, _ := b.Take(&s.TAT, nowNS, need, max(need, batch))
 		ok = took != 0
 		if ok {
 			cr.credit = cr.credit + took - inc
 		}
 	} else {
 		m.srcCreditName(cr, k, r, b)
-		var took uint64
-		took, retryU = b.Take(&s.TAT, nowNS, inc, inc)
-		ok = took != 0
+		ok = b.GCRA(&s.TAT, nowNS, 1)
 	}
 	if r.Flags&RuleBan != 0 {
 		switch {
@@ -614,17 +594,8 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 			}
 		}
 	}
-	drops := uint64(0)
 	if !ok {
-		drops = 1
-	}
-	if f != nil && f.over {
-		drops += uint64(f.drops)
-		f.drops = 0
-	}
-	s.Drops += drops
-	if !ok && v != nil && (v == f || m.frontFree(v, now)) && retryU != 0 && r.Flags&RuleBan == 0 && batch <= inc {
-		m.frontPut(v, k, retryU, true)
+		s.Drops++
 	}
 	return ok
 }
