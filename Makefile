@@ -134,7 +134,7 @@ test: lint check-generated vm-validate test-unit test-kernel e2e image system-te
 # BENCH_FLAGS: e.g. -allow-dirty (the report then says so at its top), -quick.
 BENCH_FLAGS ?=
 
-bench: build ## Benchmarks (root, ~12 min, clean tree): per-packet cost, live flood vs nftables/iptables, accuracy, adaptive vs static (docs/design.md §7), paced queue (one report in bench/results/); compile cost of 64 rules × 65 536 shared prefixes (bench/results/compile-cost.txt); fleet sharing, 1 000 hosts × 100 rules simulated, and Redis's cost per exchange (bench/results/fleet-sim.txt).
+bench: build ## Benchmarks (root, ~14 min, clean tree): per-packet cost (SYN cookies apart), live flood vs nftables/iptables, random sources, every queue, accuracy, adaptive vs static (docs/design.md §7), paced queue (one report in bench/results/); compile cost of 64 rules × 65 536 shared prefixes (bench/results/compile-cost.txt); fleet sharing, 1 000 hosts × 100 rules simulated, and Redis's cost per exchange (bench/results/fleet-sim.txt).
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench -out bench/results $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkCompileSharedPrefixes$$' -benchtime 5x ./daemon/ | tee bench/results/compile-cost.txt
 	$(GO) run ./bench/fleetsim -out bench/results/fleet-sim.txt

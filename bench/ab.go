@@ -16,8 +16,15 @@ import (
 // every repetition, so that two builds of the drop path are compared in
 // the same run (make bench's full report compares one build with the
 // other receivers). It prints a table to w and writes no report.
+//
+// With -ab-random, the traffic is the random-source flood (65536
+// sources) against a per-source limit, as in the report's random-source
+// table, XDP_DROP seeing the same random sources.
 func abFlat(ctx context.Context, e *env, c config, bins []string, w io.Writer) error {
 	limit := limitSpec{rate: c.rate, burst: max(5, c.rate/10)}
+	if c.abRandom {
+		limit = limitSpec{rate: c.srcRate, burst: srcBurst(c.srcRate), perSource: true}
+	}
 	labels := append([]string{rcvDrop}, bins...)
 	pts := map[string][]point{}
 	for rep := range c.reps {
@@ -28,13 +35,13 @@ func abFlat(ctx context.Context, e *env, c config, bins []string, w io.Writer) e
 			} else {
 				e.xlimitBin = label
 			}
-			p, err := e.flatOnce(ctx, kind, limit, e.cpus, false, c.warm, c.window)
+			p, err := e.flatOnce(ctx, kind, limit, e.cpus, c.abRandom, c.warm, c.window)
 			if err != nil {
 				return fmt.Errorf("%s: %w", label, err)
 			}
 			pts[label] = append(pts[label], p)
-			progress("ab %d/%d %s: offered %.2f Mpps, path %.0f ns/pkt, dropped %.2f Mpps",
-				rep+1, c.reps, label, p.rate(p.Offered)/1e6, p.pathNS(), p.rate(p.Dropped)/1e6)
+			progress("ab %d/%d %s: offered %.2f Mpps, path %.0f ns/pkt, dropped %.2f Mpps, admitted %.0f/s",
+				rep+1, c.reps, label, p.rate(p.Offered)/1e6, p.pathNS(), p.rate(p.Dropped)/1e6, p.rate(p.Admitted))
 		}
 	}
 	ref := pts[rcvDrop]

@@ -46,6 +46,8 @@ type results struct {
 	rnd      map[string][]point
 	acc      map[key][]point // live accuracy: receiver × configured rate
 	hl       map[string][]point
+	mq       map[key][]point     // every queue: receiver × queues flooded
+	mqShare  map[key][][]float64 // each point's share of frames by receive queue
 	skipped  map[string]string
 
 	src      source
@@ -59,6 +61,7 @@ func newResults(c config) *results {
 	r := &results{
 		c: c, start: time.Now(),
 		gen: map[string][]point{}, cmp: map[key][]point{}, rnd: map[string][]point{}, acc: map[key][]point{}, hl: map[string][]point{},
+		mq: map[key][]point{}, mqShare: map[key][][]float64{},
 		skipped: map[string]string{},
 	}
 	r.host, _ = os.Hostname()
@@ -193,6 +196,35 @@ func (r *results) live(ctx context.Context, e *env) error {
 			r.rnd[kind] = append(r.rnd[kind], p)
 			progress("random sources %d/%d %s: offered %.2f Mpps, admitted %.0f/s, path %.0f ns/pkt",
 				rep+1, c.reps, kind, p.rate(p.Offered)/1e6, p.rate(p.Admitted), p.pathNS())
+		}
+	}
+
+	// Every queue: one generator thread per queue flat out (veth's XDP
+	// transmit hands a frame to the receive queue of the sending CPU, so
+	// the generator on q CPUs floods q queues), XDP_DROP and xlimit, from
+	// one queue to all; the veth's per-queue counters say where the frames
+	// went.
+	for rep := range c.reps {
+		for q := 1; q <= len(e.cpus); q++ {
+			for _, kind := range rotate([]string{rcvDrop, rcvXlimit}, rep+q) {
+				before, err := e.queueRx(ctx)
+				if err != nil {
+					return err
+				}
+				p, err := e.flatOnce(ctx, kind, limit, e.cpus[:q], false, c.warm, c.window)
+				if err != nil {
+					return fmt.Errorf("every queue, %s on %d: %w", kind, q, err)
+				}
+				after, err := e.queueRx(ctx)
+				if err != nil {
+					return err
+				}
+				k := key{kind, float64(q)}
+				r.mq[k] = append(r.mq[k], p)
+				r.mqShare[k] = append(r.mqShare[k], queueShares(before, after))
+				progress("every queue %d/%d %s on %d queues: offered %.2f Mpps, admitted %.0f/s, shares %.2f",
+					rep+1, c.reps, kind, q, p.rate(p.Offered)/1e6, p.rate(p.Admitted), queueShares(before, after))
+			}
 		}
 	}
 
@@ -332,4 +364,50 @@ func (e *env) flat(ctx context.Context, rc receiver, cpus []int, random bool, wa
 		defer e.g.SetRandomSources(netipZero)
 	}
 	return e.measure(ctx, rc, frame, cpus, 0, warm, window)
+}
+
+// queueRx reads the frames each receive queue of the server veth has seen
+// (ethtool -S: rx_queue_N_xdp_packets).
+func (e *env) queueRx(ctx context.Context) ([]uint64, error) {
+	out, err := e.lab.Server.Command(ctx, "ethtool", "-S", e.lab.ServerIf).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ethtool -S %s: %w", e.lab.ServerIf, err)
+	}
+	var rx []uint64
+	for _, line := range strings.Split(string(out), "\n") {
+		var q int
+		var n uint64
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "rx_queue_%d_xdp_packets: %d", &q, &n); err != nil || q < 0 || q > 255 {
+			continue
+		}
+		for len(rx) <= q {
+			rx = append(rx, 0)
+		}
+		rx[q] = n
+	}
+	if len(rx) == 0 {
+		return nil, fmt.Errorf("ethtool -S %s: no per-queue counters", e.lab.ServerIf)
+	}
+	return rx, nil
+}
+
+// queueShares is each queue's share of the frames between two readings.
+func queueShares(before, after []uint64) []float64 {
+	var total uint64
+	d := make([]uint64, len(after))
+	for i := range after {
+		if i < len(before) {
+			d[i] = after[i] - before[i]
+		} else {
+			d[i] = after[i]
+		}
+		total += d[i]
+	}
+	out := make([]float64, len(d))
+	for i := range d {
+		if total > 0 {
+			out[i] = float64(d[i]) / float64(total)
+		}
+	}
+	return out
 }

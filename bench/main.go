@@ -17,7 +17,8 @@
 //     each receiver in turn: XDP_DROP (reference), no filter, xlimit (the
 //     real `xlimit run`), nftables limit and meter at netdev ingress,
 //     iptables-nft hashlimit. Flat out and at fixed offered rates, and with
-//     random sources against the per-source limiters.
+//     random sources against the per-source limiters; and the flood on one
+//     queue up to every queue of the veth (XDP_DROP and xlimit).
 //  3. Rate accuracy: maps' fake-clock accuracy tests, and admitted versus
 //     configured on live traffic for xlimit and nftables limit; and the
 //     effect of the burst and of the CPU count on hashlimit.
@@ -83,6 +84,7 @@ type config struct {
 	testsBench  string // their -bench pattern
 	allowDirty  bool
 	ab          string
+	abRandom    bool // -ab with random sources against a per-source limit
 }
 
 func main() {
@@ -103,6 +105,7 @@ func main() {
 	flag.StringVar(&c.testsBench, "tests-bench", "AdaptiveScenario|PacedQueue|SynCookies", "-bench pattern of tests/' benchmarks")
 	flag.BoolVar(&c.allowDirty, "allow-dirty", false, "measure a tree that differs from its commit (the report says so at the top)")
 	flag.StringVar(&c.ab, "ab", "", "comma-separated xlimit binaries: measure only XDP_DROP and each of them flat out, rotated, and print the table (no report)")
+	flag.BoolVar(&c.abRandom, "ab-random", false, "with -ab: the random-source flood against a per-source limit (-source-rate) instead of one source")
 	quick := flag.Bool("quick", false, "one repetition, short windows (a smoke test; not for publishing)")
 	flag.Parse()
 	c.levels = []float64{250e3, 1e6, 4e6}

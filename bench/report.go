@@ -108,6 +108,7 @@ func (r *results) markdown() string {
 	r.genSection(&b)
 	r.cmpSection(&b)
 	r.rndSection(&b)
+	r.mqSection(&b)
 	r.accSection(&b)
 	r.controlSection(&b)
 	r.robustSection(&b)
@@ -367,4 +368,53 @@ func (r *results) methodSection(b *strings.Builder) {
 		"routing and conntrack); nftables rules are at netdev ingress on the server veth.\n")
 	w("- Other work on the machine (load average above) takes CPU time from the generator: it lowers the rates reached, " +
 		"not the CPU per packet.\n")
+}
+
+// mqSection is the flood flat out on one queue up to every queue.
+func (r *results) mqSection(b *strings.Builder) {
+	if len(r.mq) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	c := r.c
+	w("### Every queue\n\n")
+	w("The flood flat out from one source against the comparison's limit (%g/s), with the generator on 1 to %d CPUs: "+
+		"on a veth the receive queue of an XDP-transmitted frame is the sending CPU's, so q generator threads flood q of "+
+		"the %d queues, and each queue's XDP program runs on its CPU. *Frames by queue* is each queue's share "+
+		"(ethtool -S, rx_queue_N_xdp_packets, median over the repetitions); *scaling* is the rate over q × the 1-queue rate.\n\n",
+		c.rate, len(r.cpus), len(r.cpus))
+	t := newTable(b, "receiver", "queues", "offered Mpps", "frames by queue", "admitted ÷ configured", "scaling ÷ linear", "CPU ns/packet")
+	for _, kind := range []string{rcvDrop, rcvXlimit} {
+		one := over(r.mq[key{kind, 1}], mpps).med
+		for q := 1; q <= len(r.cpus); q++ {
+			k := key{kind, float64(q)}
+			ps := r.mq[k]
+			if len(ps) == 0 {
+				continue
+			}
+			shares := make([]string, 0, q)
+			if ss := r.mqShare[k]; len(ss) > 0 {
+				for i := range ss[0] {
+					var v []float64
+					for _, s := range ss {
+						if i < len(s) {
+							v = append(v, s[i])
+						}
+					}
+					shares = append(shares, fmt.Sprintf("%.2f", spreadOf(v).med))
+				}
+			}
+			adm := "–"
+			if kind == rcvXlimit {
+				adm = over(ps, func(p point) float64 { return p.rate(p.Admitted) / c.rate }).format("%.4f")
+			}
+			scale := "–"
+			if one > 0 {
+				scale = fmt.Sprintf("%.2f", over(ps, mpps).med/(float64(q)*one))
+			}
+			t.row(kind, fmt.Sprint(q), over(ps, mpps).format("%.2f"), strings.Join(shares, " / "), adm, scale,
+				over(ps, pathNS).format("%.0f"))
+		}
+	}
+	w("\n")
 }

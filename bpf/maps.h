@@ -164,6 +164,32 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_src_credits SEC(".maps");
 
+/* State. Key: a hash of a source's key (source.h, xl_src_front_hash),
+ * modulo XL_SRC_FRONT_SETS, divided by XL_SRC_FRONT_BLOCK. Value: that many
+ * sets of two ways, each a source that xl_sources does not hold, seen once
+ * within its emission interval. Per-CPU array: no locks, no atomics, no
+ * insert; a source reaches the shared LRU only when it comes back within
+ * its emission interval, so a spoofed flood of sources that never return
+ * cannot thrash it. Pinned as xl_src_credits is: a way holds a packet
+ * charged nowhere else. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_SRC_FRONT_BLOCKS);
+	__type(key, __u32);
+	__type(value, struct xl_src_front_block);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_src_front SEC(".maps");
+
+/* Scratch. Key: 0. Value: xl_source_admit's keys and new entry (per CPU:
+ * never shared, never pinned), so that its frame stays within the stack
+ * 6.1 allows xlimit_xdp's chain of calls. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xl_src_scratch);
+} xl_src_scratch SEC(".maps");
+
 /* State. Key: slot + source prefix. Value: the source's bucket, ban and
  * drop count. LRU hash: a spoofed flood evicts the least recent sources
  * instead of failing inserts; the rule-wide bucket holds regardless. The

@@ -323,6 +323,36 @@ struct xl_src_credit {
 	__u32 _pad;
 };
 
+/* The front of the per-source table (state, per CPU, source.h): a
+ * direct-mapped table of sets of two ways, indexed by a hash of the
+ * source's key, that holds sources the shared table (xl_sources) does not
+ * hold, each seen once, with the TAT its one packet left (2^-6 ns). */
+#define XL_SRC_FRONT_SETS 16384 /* a power of two */
+/* Sets per entry of xl_src_front: one CPU's entry is 32 KiB, the most a
+ * per-CPU value may be, so a set is found with one lookup of an entry
+ * whose pointer stays in cache (not one per set, scattered). */
+#define XL_SRC_FRONT_BLOCK  512
+#define XL_SRC_FRONT_BLOCKS (XL_SRC_FRONT_SETS / XL_SRC_FRONT_BLOCK)
+#define XL_SRC_FRONT_WAYS   2
+#define XL_FRONT_V6	    0x40 /* xl_src_front.slot: the key's family is 6 */
+
+struct xl_src_front {
+	__u8 addr[16]; /* the key's masked address */
+	__u64 t;       /* the TAT its packet left: the way is free once now passes it */
+	__u32 gen;     /* xl_gen's raw value when written (0: empty) */
+	__u16 _pad;
+	__u8 slot; /* the rule's slot | XL_FRONT_V6 */
+	__u8 prefixlen;
+};
+
+struct xl_src_front_set {
+	struct xl_src_front way[XL_SRC_FRONT_WAYS];
+};
+
+struct xl_src_front_block {
+	struct xl_src_front_set set[XL_SRC_FRONT_BLOCK];
+};
+
 /* A source's bucket (state). */
 struct xl_source {
 	__u64 tat;	       /* as xl_bucket_state.tat */
@@ -331,6 +361,13 @@ struct xl_source {
 	__u64 drops;	       /* packets dropped for this source */
 	__u32 epoch;
 	__u32 _pad;
+};
+
+/* xl_source_admit's scratch (per CPU): its keys and new entry, off the
+ * stack that 6.1 allows a chain of calls (512 bytes). */
+struct xl_src_scratch {
+	struct xl_source_key key; /* the packet's source */
+	struct xl_source fresh;	  /* its new entry */
 };
 
 /* Bucket state (state, written by the XDP program only). */

@@ -123,7 +123,7 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		run = 1;
 		goto out;
 	}
-	if (!xl_source_pass(r, slot, pkt, now)) {
+	if (!xl_source_pass_front(r, slot, gen, pkt, now)) {
 		reason = XL_REASON_SOURCE;
 		goto out;
 	}

@@ -243,6 +243,28 @@ type resptimeXlSrcCredit struct {
 	Pad    uint32
 }
 
+type resptimeXlSrcFrontBlock struct {
+	_   structs.HostLayout
+	Set [512]struct {
+		_   structs.HostLayout
+		Way [2]struct {
+			_         structs.HostLayout
+			Addr      [16]uint8
+			T         uint64
+			Gen       uint32
+			Pad       uint16
+			Slot      uint8
+			Prefixlen uint8
+		}
+	}
+}
+
+type resptimeXlSrcScratch struct {
+	_     structs.HostLayout
+	Key   resptimeXlSourceKey
+	Fresh resptimeXlSource
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -270,6 +292,8 @@ const (
 	resptimeMapXlSkConns         = "xl_sk_conns"
 	resptimeMapXlSources         = "xl_sources"
 	resptimeMapXlSrcCredits      = "xl_src_credits"
+	resptimeMapXlSrcFront        = "xl_src_front"
+	resptimeMapXlSrcScratch      = "xl_src_scratch"
 	resptimeMapXlStats           = "xl_stats"
 	resptimeProgXlimitTcResptime = "xlimit_tc_resptime"
 	resptimeVarXlCfgFakeClock    = "xl_cfg_fake_clock"
@@ -347,6 +371,8 @@ type resptimeMapSpecs struct {
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
+	XlSrcFront    *ebpf.MapSpec `ebpf:"xl_src_front"`
+	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -400,6 +426,8 @@ type resptimeMaps struct {
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
+	XlSrcFront    *ebpf.Map `ebpf:"xl_src_front"`
+	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -428,6 +456,8 @@ func (m *resptimeMaps) Close() error {
 		m.XlSkConns,
 		m.XlSources,
 		m.XlSrcCredits,
+		m.XlSrcFront,
+		m.XlSrcScratch,
 		m.XlStats,
 	)
 }

@@ -277,6 +277,28 @@ type tcXlSrcCredit struct {
 	Pad    uint32
 }
 
+type tcXlSrcFrontBlock struct {
+	_   structs.HostLayout
+	Set [512]struct {
+		_   structs.HostLayout
+		Way [2]struct {
+			_         structs.HostLayout
+			Addr      [16]uint8
+			T         uint64
+			Gen       uint32
+			Pad       uint16
+			Slot      uint8
+			Prefixlen uint8
+		}
+	}
+}
+
+type tcXlSrcScratch struct {
+	_     structs.HostLayout
+	Key   tcXlSourceKey
+	Fresh tcXlSource
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -308,6 +330,8 @@ const (
 	tcMapXlSkConns       = "xl_sk_conns"
 	tcMapXlSources       = "xl_sources"
 	tcMapXlSrcCredits    = "xl_src_credits"
+	tcMapXlSrcFront      = "xl_src_front"
+	tcMapXlSrcScratch    = "xl_src_scratch"
 	tcMapXlStats         = "xl_stats"
 	tcProgXlimitTcCookie = "xlimit_tc_cookie"
 	tcVarXlCfgFakeClock  = "xl_cfg_fake_clock"
@@ -389,6 +413,8 @@ type tcMapSpecs struct {
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
+	XlSrcFront    *ebpf.MapSpec `ebpf:"xl_src_front"`
+	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -446,6 +472,8 @@ type tcMaps struct {
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
+	XlSrcFront    *ebpf.Map `ebpf:"xl_src_front"`
+	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -478,6 +506,8 @@ func (m *tcMaps) Close() error {
 		m.XlSkConns,
 		m.XlSources,
 		m.XlSrcCredits,
+		m.XlSrcFront,
+		m.XlSrcScratch,
 		m.XlStats,
 	)
 }

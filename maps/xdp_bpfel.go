@@ -348,6 +348,28 @@ type xdpXlSrcCredit struct {
 	Pad    uint32
 }
 
+type xdpXlSrcFrontBlock struct {
+	_   structs.HostLayout
+	Set [512]struct {
+		_   structs.HostLayout
+		Way [2]struct {
+			_         structs.HostLayout
+			Addr      [16]uint8
+			T         uint64
+			Gen       uint32
+			Pad       uint16
+			Slot      uint8
+			Prefixlen uint8
+		}
+	}
+}
+
+type xdpXlSrcScratch struct {
+	_     structs.HostLayout
+	Key   xdpXlSourceKey
+	Fresh xdpXlSource
+}
+
 type xdpXlVerdict uint32
 
 const (
@@ -388,6 +410,8 @@ const (
 	xdpMapXlSkConns         = "xl_sk_conns"
 	xdpMapXlSources         = "xl_sources"
 	xdpMapXlSrcCredits      = "xl_src_credits"
+	xdpMapXlSrcFront        = "xl_src_front"
+	xdpMapXlSrcScratch      = "xl_src_scratch"
 	xdpMapXlStats           = "xl_stats"
 	xdpProgXlimitSockops    = "xlimit_sockops"
 	xdpProgXlimitXdp        = "xlimit_xdp"
@@ -483,6 +507,8 @@ type xdpMapSpecs struct {
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
+	XlSrcFront    *ebpf.MapSpec `ebpf:"xl_src_front"`
+	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -552,6 +578,8 @@ type xdpMaps struct {
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
+	XlSrcFront    *ebpf.Map `ebpf:"xl_src_front"`
+	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -584,6 +612,8 @@ func (m *xdpMaps) Close() error {
 		m.XlSkConns,
 		m.XlSources,
 		m.XlSrcCredits,
+		m.XlSrcFront,
+		m.XlSrcScratch,
 		m.XlStats,
 	)
 }

@@ -419,6 +419,9 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
 		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 32 + 16*dataplane.MaxRules},
 		{"sizeof xl_src_credit", binary.Size(xdpXlSrcCredit{}), binary.Size(xdpXlSourceKey{}) + 3*8 + 8},
+		{"sizeof xl_src_front_block", binary.Size(xdpXlSrcFrontBlock{}), dataplane.SrcFrontBlock * dataplane.SrcFrontWays * 32},
+		{"xl_src_front_block.set", len(xdpXlSrcFrontBlock{}.Set), dataplane.SrcFrontBlock},
+		{"xl_src_front_set.way", len(xdpXlSrcFrontBlock{}.Set[0].Way), dataplane.SrcFrontWays},
 		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
 		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax) + int(dataplane.ResetMax))},
 	} {
@@ -455,6 +458,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlRespHists, dataplane.MaxRules, binary.Size(xdpXlRespHist{}), 0},
 		{xdpMapXlFlood, 1, binary.Size(xdpXlFlood{}), 0},
 		{xdpMapXlSrcCredits, dataplane.MaxRules, binary.Size(xdpXlSrcCredit{}), 0},
+		{xdpMapXlSrcFront, dataplane.SrcFrontSets / dataplane.SrcFrontBlock, binary.Size(xdpXlSrcFrontBlock{}), 0},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {

@@ -15,8 +15,11 @@ type Model struct {
 	// srcCredits is the CPU's credit for the source it last admitted for
 	// each rule (struct xl_src_credit).
 	srcCredits [MaxRules]srcCredit
-	frags      map[FragKey]*fragState
-	resetTAT   uint64 // the reset bucket of all rules (xl_reset_budget)
+	// front is the CPU's front of the per-source table (srcfront.go),
+	// made on first use.
+	front    *srcFront
+	frags    map[FragKey]*fragState
+	resetTAT uint64 // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
 	cookieBudgetTAT uint64
@@ -144,9 +147,6 @@ func NewSourceKey(r *Rule, slot int, pkt *Packet) SourceKey {
 	}
 	return k
 }
-
-// Sources returns the model's per-source buckets.
-func (m *Model) Sources() map[SourceKey]*SourceState { return m.sources }
 
 // Limit is the control loop's bucket for a slot (struct xl_limit).
 type Limit struct {
@@ -549,7 +549,14 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	now := nowNS << TimeShift
 	s, ok := m.sources[k]
 	if !ok {
-		s = &SourceState{TAT: now, Epoch: r.Epoch}
+		tat, taken := m.frontSeen(k, now, inc)
+		if taken {
+			if !same {
+				m.srcCreditName(cr, k, r, b)
+			}
+			return true
+		}
+		s = &SourceState{TAT: tat, Epoch: r.Epoch}
 		m.sources[k] = s
 	}
 	if s.Epoch != r.Epoch {
@@ -567,10 +574,7 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 			cr.credit = cr.credit + took - inc
 		}
 	} else {
-		if cr != nil {
-			m.srcCreditReturn(cr)
-			*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
-		}
+		m.srcCreditName(cr, k, r, b)
 		ok = b.GCRA(&s.TAT, nowNS, 1)
 	}
 	if r.Flags&RuleBan != 0 {
@@ -594,4 +598,14 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		s.Drops++
 	}
 	return ok
+}
+
+// srcCreditName is the Go model of source.h's xl_src_credit_name: the
+// credit goes back to the source it held and now names k.
+func (m *Model) srcCreditName(cr *srcCredit, k SourceKey, r *Rule, b Bucket) {
+	if cr == nil {
+		return
+	}
+	m.srcCreditReturn(cr)
+	*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
 }
