@@ -134,6 +134,7 @@ func PinnedNames() []string {
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
+		xdpMapXlCookieLink, xdpMapXlAnswerStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists,
 	}
 }
