@@ -4,17 +4,18 @@
  * sequence 0, acknowledging the SYN) and sent back out of the interface
  * (XDP_TX), so the client fails at once instead of retrying its SYN for
  * seconds. A refused SYN is answered only when all of these hold, checked
- * in this order (the first that fails is counted, xl_counters.resets):
- *   - its TCP header follows a plain IP header (IPv4 without options,
- *     IPv6 without extension headers);
- *   - source and destination are unicast, in the Ethernet and IP headers
- *     (no multicast, broadcast or unspecified address is ever answered);
+ * in this order (the first that fails is counted in xl_counters.resets,
+ * and its class in xl_answer_stats):
+ *   - the answering policy of answer.h (its shape and flags, unicast
+ *     non-martian addresses, to the interface's MAC and one of the host's
+ *     addresses, not from one of them); counted unsupported (shape, flags),
+ *     not_unicast (a source never answered) or not_local (not to the
+ *     host);
  *   - the rule's own reset bucket, at the rule's rate, has room;
- *   - it is addressed to the interface's MAC and to an address of the
- *     host (xl_host_addrs, which the daemon fills);
  *   - the reset bucket of all rules (xl_globals.reset) has room.
  * Others are dropped unanswered. The budgets bound what a spoofed SYN
- * flood can reflect: per rule, and for the host. */
+ * flood can reflect: per rule, and for the host; the policy, what it can
+ * aim at. */
 #ifndef XLIMIT_RESET_H
 #define XLIMIT_RESET_H
 
@@ -22,16 +23,14 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "answer.h"
 #include "bucket.h"
 #include "clock.h"
 #include "parse.h"
 #include "stats.h"
 #include "types.h"
 
-#define XL_TCP_RST   0x04
 #define XL_RESET_TTL 64
-/* Ethernet and two VLAN tags: the deepest IP header the parser accepts. */
-#define XL_L3_OFF_MAX 22
 
 static __always_inline __u16 xl_csum_fold(__s64 sum)
 {
@@ -178,91 +177,6 @@ static __always_inline int xl_reset_admit(struct xl_bucket_state *st, const stru
 			    &retry_u) != 0;
 }
 
-/* Whether an IPv4 address (network order bytes) is one a reset never goes
- * to or comes from: unspecified, multicast, reserved or broadcast. */
-static __always_inline int xl_ip4_not_unicast(const __u8 *a)
-{
-	return a[0] >= 224 || (a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == 0);
-}
-
-/* Whether an IPv6 address is multicast or unspecified. */
-static __always_inline int xl_ip6_not_unicast(const __u8 *a)
-{
-	if (a[0] == 0xff)
-		return 1;
-	__u64 hi, lo;
-	__builtin_memcpy(&hi, a, 8);
-	__builtin_memcpy(&lo, a + 8, 8);
-	return hi == 0 && lo == 0;
-}
-
-/* The checks of a refused SYN's frame that need no map: its shape, and
- * unicast addresses. Returns 0, or the enum xl_reset_outcome that fails. */
-static __always_inline __u32 xl_reset_shape(struct xdp_md *ctx, const struct xl_pkt *pkt)
-{
-	__u32 l3 = pkt->l3_off;
-	if (l3 > XL_L3_OFF_MAX || !pkt->syn)
-		return XL_RESET_UNSUPPORTED;
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct xl_ethhdr *eth = data;
-	if ((void *)(eth + 1) > end)
-		return XL_RESET_UNSUPPORTED;
-	/* The group bit: multicast, broadcast included. */
-	if ((eth->dst[0] | eth->src[0]) & 1)
-		return XL_RESET_NOT_UNICAST;
-	if (pkt->family == 4 && pkt->l4_off == l3 + sizeof(struct xl_iphdr)) {
-		struct xl_iphdr *ip = data + l3;
-		if ((void *)(ip + 1) > end)
-			return XL_RESET_UNSUPPORTED;
-		if (xl_ip4_not_unicast((__u8 *)&ip->saddr) ||
-		    xl_ip4_not_unicast((__u8 *)&ip->daddr))
-			return XL_RESET_NOT_UNICAST;
-		return 0;
-	}
-	if (pkt->family == 6 && pkt->l4_off == l3 + sizeof(struct xl_ipv6hdr)) {
-		struct xl_ipv6hdr *ip6 = data + l3;
-		if ((void *)(ip6 + 1) > end)
-			return XL_RESET_UNSUPPORTED;
-		if (xl_ip6_not_unicast(ip6->saddr) || xl_ip6_not_unicast(ip6->daddr))
-			return XL_RESET_NOT_UNICAST;
-		return 0;
-	}
-	return XL_RESET_UNSUPPORTED;
-}
-
-/* Whether the frame is addressed to the host: the destination MAC is the
- * interface's and the destination IP one of the host's (xl_host_addrs).
- * Called after xl_reset_shape, which checked the headers' bounds. */
-static __always_inline int xl_reset_local(struct xdp_md *ctx, const struct xl_pkt *pkt)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct xl_ethhdr *eth = data;
-	struct xl_host_key k = {.kind = XL_HOST_MAC};
-	__u32 l3 = pkt->l3_off;
-	if ((void *)(eth + 1) > end || l3 > XL_L3_OFF_MAX)
-		return 0;
-	__builtin_memcpy(k.addr, eth->dst, 6);
-	if (!bpf_map_lookup_elem(&xl_host_addrs, &k))
-		return 0;
-	__builtin_memset(k.addr, 0, sizeof(k.addr));
-	if (pkt->family == 4) {
-		struct xl_iphdr *ip = data + l3;
-		if ((void *)(ip + 1) > end)
-			return 0;
-		k.kind = XL_HOST_IPV4;
-		__builtin_memcpy(k.addr, &ip->daddr, 4);
-	} else {
-		struct xl_ipv6hdr *ip6 = data + l3;
-		if ((void *)(ip6 + 1) > end)
-			return 0;
-		k.kind = XL_HOST_IPV6;
-		__builtin_memcpy(k.addr, ip6->daddr, 16);
-	}
-	return bpf_map_lookup_elem(&xl_host_addrs, &k) != NULL;
-}
-
 /* Takes one reset from the bucket of all rules of generation gen. */
 static __always_inline int xl_reset_global(__u32 gen, __u64 *now)
 {
@@ -277,22 +191,43 @@ static __always_inline int xl_reset_global(__u32 gen, __u64 *now)
 	       0;
 }
 
+/* The reset outcome of a SYN the answering policy refused (its class). */
+static __always_inline __u32 xl_reset_outcome(__u32 class)
+{
+	switch (class) {
+	case XL_ANSWER_OK:
+		return XL_RESET_SENT;
+	case XL_ANSWER_DST_MAC:
+	case XL_ANSWER_DST_IP:
+		return XL_RESET_NOT_LOCAL;
+	case XL_ANSWER_SRC_MAC:
+	case XL_ANSWER_SRC_IP:
+	case XL_ANSWER_SRC_OWN:
+		return XL_RESET_NOT_UNICAST;
+	}
+	return XL_RESET_UNSUPPORTED;
+}
+
 /* Decides whether a SYN that rule slot refused is answered with a reset
- * (the checks at the top of this file) and counts the outcome. st, b and
- * inc are the rule's bucket state, settings and the SYN's cost under them.
- * Returns XL_RESET_SENT when it is to be answered. */
+ * (the checks at the top of this file) and counts the outcome and its
+ * class. st, b and inc are the rule's bucket state, settings and the SYN's
+ * cost under them. Returns XL_RESET_SENT when it is to be answered. */
 static __always_inline __u32 xl_reset_decide(struct xdp_md *ctx, __u32 gen, __u32 slot,
 					     const struct xl_pkt *pkt, struct xl_bucket_state *st,
 					     const struct xl_bucket *b, __u64 inc, __u64 *now)
 {
-	__u32 why = xl_reset_shape(ctx, pkt);
-	if (!why && !xl_reset_admit(st, b, inc, now))
+	__u32 class = pkt->syn ? xl_answer_check(ctx, pkt) : XL_ANSWER_FLAGS;
+	__u32 why = xl_reset_outcome(class);
+	if (!why && !xl_reset_admit(st, b, inc, now)) {
 		why = XL_RESET_RULE_BUDGET;
-	if (!why && !xl_reset_local(ctx, pkt))
-		why = XL_RESET_NOT_LOCAL;
-	if (!why && !xl_reset_global(gen, now))
+		class = XL_ANSWER_BUDGET;
+	}
+	if (!why && !xl_reset_global(gen, now)) {
 		why = XL_RESET_GLOBAL_BUDGET;
+		class = XL_ANSWER_BUDGET;
+	}
 	xl_count_reset(slot, why);
+	xl_answer_count(slot, 1, class);
 	return why;
 }
 
@@ -301,7 +236,7 @@ static __always_inline __u32 xl_reset_decide(struct xdp_md *ctx, __u32 gen, __u3
 static __always_inline int xl_reply_reset(struct xdp_md *ctx, const struct xl_pkt *pkt)
 {
 	__u32 l3 = pkt->l3_off;
-	if (l3 > XL_L3_OFF_MAX || !pkt->syn)
+	if (l3 > XL_ANSWER_L3_MAX || !pkt->syn)
 		return -1;
 	if (pkt->family == 4 && pkt->l4_off == l3 + sizeof(struct xl_iphdr))
 		return xl_reset4(ctx, l3);

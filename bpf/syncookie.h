@@ -23,9 +23,25 @@
  * connection the smallest MSS of the table (536, or 1220 for IPv6): the
  * conservative fallback, as the kernel's own cookies do.
  *
- * Answers go only to SYNs whose destination IP is one of the host's
- * (xl_host_addrs), whose IP header has no options or extension headers,
- * and within the host-wide budget of answers (xl_cookie_cfg.budget). */
+ * The SYN-ACK's sequence number is the kernel's cookie plus an offset,
+ * xl_cookie_link.offset + 4 * the answering rule's slot: the offset (K,
+ * random per attachment, its top byte in [64, 191]) moves the cookie's
+ * top byte, the minute counter that the kernel's check accepts only as the
+ * current minute or the one before, out of that window. So a cookie the
+ * kernel made never passes the TC program's check (ack - 1 - K - 4 * slot)
+ * and goes to the kernel, uncharged, and one of xlimit's never passes the
+ * kernel's own (docs/dataplane.md, "SYN cookies"); the slot tells the TC
+ * program which rule answered, so that the ACK charges that rule and those
+ * after it, the ones the SYN did not reach.
+ *
+ * A SYN is answered only under the answering policy (answer.h), when the
+ * host has no socket for its 4-tuple other than a listener, and within the
+ * host-wide budget of answers (xl_cookie_cfg.budget), in this order
+ * (xl_cookie_take). A SYN refused by the policy's address or flag checks
+ * is dropped unanswered: no host should answer it. A SYN the program
+ * cannot answer here (its shape, a socket of the host's, a spent budget)
+ * goes to the rule's gates and bucket as it would without cookies: what
+ * the rule admits reaches the kernel, which answers it itself. */
 #ifndef XLIMIT_SYNCOOKIE_H
 #define XLIMIT_SYNCOOKIE_H
 
@@ -33,6 +49,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "answer.h"
 #include "bucket.h"
 #include "clock.h"
 #include "maps.h"
@@ -55,11 +72,8 @@
 #define XL_COOKIE_OPTS 20
 #define XL_TCP_ECE     0x40
 #define XL_TCP_CWR     0x80
-#define XL_TCP_FIN     0x01
 /* Options parsed per SYN or ACK: enough for every option a stack sends. */
 #define XL_COOKIE_OPT_STEPS 10
-/* Ethernet and two VLAN tags: the deepest IP header answered. */
-#define XL_COOKIE_L3_MAX 22
 /* The TS low byte (see above). */
 #define XL_TSOPT_WSCALE_NONE 0x0f
 #define XL_TSOPT_SACK	     0x10
@@ -69,9 +83,9 @@
 /* The counters of a rule's cookies (per CPU, XL_MAX_RULES slots). */
 struct xl_cookie_counters {
 	__u64 sent;	     /* SYN-ACKs with a cookie sent (XDP_TX) */
-	__u64 over_budget;   /* SYNs not answered: the host's budget was spent */
-	__u64 not_local;     /* SYNs not answered: not to one of the host's addresses */
-	__u64 unanswerable;  /* SYNs not answered: IP options, extension headers */
+	__u64 over_budget;   /* SYNs not answered: the budget was spent (to the rule's bucket) */
+	__u64 not_local;     /* SYNs not answered: not to the interface's MAC and a host address */
+	__u64 unanswerable;  /* SYNs not answered: shape, flags, source (answer.h), rewrite */
 	__u64 validated;     /* ACKs with a valid cookie, charged and handed over */
 	__u64 failed;	     /* ACKs to a listener with an invalid cookie */
 	__u64 refused;	     /* valid cookies the rule refused (its rate, gates) */
@@ -84,9 +98,22 @@ struct xl_cookie_cfg {
 	struct xl_bucket budget;
 	/* Rules with syn_cookies, not shadow: the TC program's first test. */
 	__u64 rules;
-	__u16 mss4; /* MSS announced over IPv4: the interface's MTU - 40 */
-	__u16 mss6; /* over IPv6: MTU - 60 */
+	/* The MSS announced over IPv4 and IPv6; 0: the interface's
+	 * (xl_cookie_link). Set only by tests. */
+	__u16 mss4;
+	__u16 mss6;
 	__u32 _pad;
+};
+
+/* The attachment's cookie settings, whatever the generation (written by
+ * the daemon, maps.Tables.SetCookieLink). */
+struct xl_cookie_link {
+	/* K: every cookie's offset (see the top of this file). Random per
+	 * attachment, kept across restarts and reloads by the pin; 0 until
+	 * the daemon writes it (the cookies are then the kernel's own). */
+	__u32 offset;
+	__u16 mss4; /* the MSS announced over IPv4: the interface's MTU - 40; 0: 1460 */
+	__u16 mss6; /* over IPv6: MTU - 60; 0: 1440 */
 };
 
 /* A rule's cookie state (slot) and, in slot XL_GLOBAL_SLOT, the budget's. */
@@ -122,6 +149,18 @@ struct {
 	__type(value, struct xl_cookie_cfg);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_cookie_cfg SEC(".maps");
+
+/* Config. Key: 0. Value: the attachment's cookie offset and MSS. Array:
+ * one entry, read on each answered SYN and checked ACK; not per
+ * generation, since the MTU changes whatever the rules do and the offset
+ * must outlive every reload. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xl_cookie_link);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_link SEC(".maps");
 
 /* State. Key: slot, and XL_GLOBAL_SLOT for the host's budget. Value: the
  * rule's offered-SYN bucket and cookie window. Shared array: one state
@@ -204,7 +243,7 @@ static __always_inline int xl_cookie_has_socket(struct xdp_md *ctx, __u32 l3, __
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	if (l3 > XL_COOKIE_L3_MAX)
+	if (l3 > XL_ANSWER_L3_MAX)
 		return 0;
 	void *ip = data + l3;
 	void *tcp = ip + (family == 4 ? sizeof(struct xl_iphdr) : sizeof(struct xl_ipv6hdr));
@@ -435,10 +474,11 @@ static __always_inline int xl_cookie_resize(struct xdp_md *ctx, __u32 want)
 	return 0;
 }
 
-/* Rewrites the IPv4 SYN at l3 into its SYN-ACK with a cookie. Returns 0 to
- * send it (XDP_TX), -1 when it cannot be answered. */
-static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3,
-					     const struct xl_cookie_cfg *cfg, __u64 now)
+/* Rewrites the IPv4 SYN at l3 into its SYN-ACK with a cookie, the kernel's
+ * plus off, announcing mss. Returns 0 to send it (XDP_TX), -1 when it
+ * cannot be answered. */
+static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3, __u16 mss, __u32 off,
+					     __u64 now)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -467,7 +507,6 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3,
 	if (c < 0)
 		return -1;
 	__u32 idx = xl_cookie_mss_index(4, (__u32)(c >> 32) & 0xffff);
-	__u16 mss = cfg->mss4 ? cfg->mss4 : 1460;
 	__u8 opts[XL_COOKIE_OPTS];
 	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
 
@@ -495,7 +534,7 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3,
 	ip->ttl = XL_COOKIE_TTL;
 	ip->check = 0;
 	ip->check = xl_cookie_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, sizeof(*ip), 0));
-	xl_cookie_tcp(tcp, (__u32)c, ecn);
+	xl_cookie_tcp(tcp, (__u32)c + off, ecn);
 	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
 
 	/* The pseudo-header: both addresses straight from the packet (the
@@ -511,8 +550,8 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3,
 }
 
 /* As xl_cookie_answer4, for IPv6 without extension headers. */
-static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
-					     const struct xl_cookie_cfg *cfg, __u64 now)
+static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3, __u16 mss, __u32 off,
+					     __u64 now)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -541,7 +580,6 @@ static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
 	if (c < 0)
 		return -1;
 	__u32 idx = xl_cookie_mss_index(6, (__u32)(c >> 32) & 0xffff);
-	__u16 mss = cfg->mss6 ? cfg->mss6 : 1440;
 	__u8 opts[XL_COOKIE_OPTS];
 	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
 
@@ -571,7 +609,7 @@ static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
 	ip6->payload_len = bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS);
 	ip6->nexthdr = IPPROTO_TCP;
 	ip6->hop_limit = XL_COOKIE_TTL;
-	xl_cookie_tcp(tcp, (__u32)c, ecn);
+	xl_cookie_tcp(tcp, (__u32)c + off, ecn);
 	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
 
 	/* The pseudo-header: both addresses straight from the packet, then
@@ -584,74 +622,106 @@ static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3,
 	return 0;
 }
 
-/* Whether the SYN's destination IP is one of the host's (xl_host_addrs). */
-static __always_inline int xl_cookie_local(struct xdp_md *ctx, const struct xl_pkt *pkt)
+/* Counts a SYN that rule slot sent to the cookie path in its class
+ * (xl_answer_stats) and, when it is not answered, in the legacy counter
+ * of xl_cookie_counters and xl_cookie_sock. */
+static __always_inline void xl_cookie_count(__u32 slot, __u32 class)
 {
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct xl_host_key k = {};
-	__u32 l3 = pkt->l3_off;
-	if (l3 > XL_COOKIE_L3_MAX)
-		return 0;
-	if (pkt->family == 4) {
-		struct xl_iphdr *ip = data + l3;
-		if ((void *)(ip + 1) > end)
-			return 0;
-		k.kind = XL_HOST_IPV4;
-		__builtin_memcpy(k.addr, &ip->daddr, 4);
-	} else {
-		struct xl_ipv6hdr *ip6 = data + l3;
-		if ((void *)(ip6 + 1) > end)
-			return 0;
-		k.kind = XL_HOST_IPV6;
-		__builtin_memcpy(k.addr, ip6->daddr, 16);
+	xl_answer_count(slot, 0, class);
+	if (class == XL_ANSWER_OK)
+		return;
+	if (class == XL_ANSWER_SOCKET) {
+		__u64 *n = bpf_map_lookup_elem(&xl_cookie_sock, &slot);
+		if (n)
+			(*n)++;
+		return;
 	}
-	return bpf_map_lookup_elem(&xl_host_addrs, &k) != NULL;
+	struct xl_cookie_counters *cnt = xl_cookie_counters(slot);
+	if (!cnt)
+		return;
+	if (class == XL_ANSWER_BUDGET)
+		cnt->over_budget++;
+	else if (class == XL_ANSWER_DST_MAC || class == XL_ANSWER_DST_IP)
+		cnt->not_local++;
+	else
+		cnt->unanswerable++;
 }
 
-/* Answers the SYN in ctx, which the rule of key (generation * 64 + slot)
- * sent to the cookie path, with its SYN-ACK: to a host address, within the
- * host's budget, for a plain IP header, unless the host has a socket
- * other than a listener for it (xl_cookie_has_socket). Counts the outcome.
- * Returns XDP_TX, XDP_DROP, or XDP_PASS for such a socket. A global function: verified once, not
- * once per slot. */
+/* Takes one answer from the host's budget (generation gen's settings):
+ * XL_ANSWER_OK, or XL_ANSWER_BUDGET when it is spent. */
+static __always_inline __u32 xl_cookie_budget(__u32 gen, __u64 *now)
+{
+	__u32 budget_slot = XL_GLOBAL_SLOT;
+	struct xl_cookie_cfg *cfg = bpf_map_lookup_elem(&xl_cookie_cfg, &gen);
+	struct xl_cookie_state *bs = bpf_map_lookup_elem(&xl_cookie_state, &budget_slot);
+	if (!cfg || !bs || !cfg->budget.tol ||
+	    !xl_gcra(&bs->syn_tat, &cfg->budget, xl_time(now) << XL_TIME_SHIFT, 1))
+		return XL_ANSWER_BUDGET;
+	return XL_ANSWER_OK;
+}
+
+/* Whether the SYN in ctx, which the rule of key (generation * 64 + slot)
+ * sends to the cookie path, is answered with a cookie: the answering
+ * policy (answer.h), no socket of the host's for its 4-tuple other than a
+ * listener (xl_cookie_has_socket), the host's budget of answers, in this
+ * order. Counts the class. Returns XL_ANSWER_OK to answer, or the class:
+ * the caller drops the SYN, or gives it to the rule's bucket for the
+ * classes xl_cookie_fallback names. *now is read lazily. A global
+ * function: verified once; its map lookups come after the checks, so
+ * that few values live across calls (its frame is in 6.1's bound on the
+ * stack of xlimit_xdp -> xl_apply_rule -> here, docs/kernels.md). */
+__noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key, __u64 *now)
+{
+	if (!ctx || !pkt || !now || key >= XL_GENERATIONS * XL_MAX_RULES)
+		return XL_ANSWER_SHAPE;
+	__u32 class = xl_answer_class(ctx, pkt);
+	if (!class && xl_cookie_has_socket(ctx, pkt->l3_off, pkt->family))
+		class = XL_ANSWER_SOCKET;
+	if (!class)
+		class = xl_cookie_budget(key / XL_MAX_RULES, now);
+	xl_cookie_count(key % XL_MAX_RULES, class);
+	return class;
+}
+
+/* Whether a SYN of class (not answered) goes on to the rule's gates and
+ * bucket rather than being dropped: what XDP cannot answer but the kernel
+ * may (a shape the rewrite does not handle, a socket the host has, a spent
+ * budget). The other classes are frames no host should answer. */
+static __always_inline int xl_cookie_fallback(__u32 class)
+{
+	return class == XL_ANSWER_SHAPE || class == XL_ANSWER_SOCKET || class == XL_ANSWER_BUDGET;
+}
+
+/* Rewrites the SYN in ctx, which the rule of key (generation * 64 + slot)
+ * answers (xl_cookie_take said so), into its SYN-ACK with a cookie.
+ * Counts it sent, or unanswerable when the frame cannot be rewritten (no
+ * tailroom). Returns XDP_TX, or XDP_DROP. A global function: verified
+ * once, not once per slot. */
 __noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key)
 {
 	__u32 gen = key / XL_MAX_RULES;
 	__u32 slot = key % XL_MAX_RULES;
+	__u32 zero = 0;
 	if (!ctx || !pkt || gen >= XL_GENERATIONS)
 		return XDP_DROP;
 	struct xl_cookie_counters *cnt = xl_cookie_counters(slot);
 	struct xl_cookie_cfg *cfg = bpf_map_lookup_elem(&xl_cookie_cfg, &gen);
-	__u32 budget_slot = XL_GLOBAL_SLOT;
-	struct xl_cookie_state *bs = bpf_map_lookup_elem(&xl_cookie_state, &budget_slot);
-	if (!cnt || !cfg || !bs)
+	struct xl_cookie_link *lk = bpf_map_lookup_elem(&xl_cookie_link, &zero);
+	if (!cnt || !cfg || !lk)
 		return XDP_DROP;
 	__u32 l3 = pkt->l3_off;
-	int plain = l3 <= XL_COOKIE_L3_MAX &&
-		    ((pkt->family == 4 && pkt->l4_off == l3 + sizeof(struct xl_iphdr)) ||
-		     (pkt->family == 6 && pkt->l4_off == l3 + sizeof(struct xl_ipv6hdr)));
-	if (!plain) {
-		cnt->unanswerable++;
+	if (l3 > XL_ANSWER_L3_MAX)
 		return XDP_DROP;
-	}
-	if (!xl_cookie_local(ctx, pkt)) {
-		cnt->not_local++;
-		return XDP_DROP;
-	}
-	if (xl_cookie_has_socket(ctx, l3, pkt->family)) {
-		__u64 *n = bpf_map_lookup_elem(&xl_cookie_sock, &slot);
-		if (n)
-			(*n)++;
-		return XDP_PASS;
-	}
 	__u64 now = XL_NOW();
-	if (!cfg->budget.tol || !xl_gcra(&bs->syn_tat, &cfg->budget, now << XL_TIME_SHIFT, 1)) {
-		cnt->over_budget++;
-		return XDP_DROP;
-	}
-	int err = pkt->family == 4 ? xl_cookie_answer4(ctx, l3, cfg, now)
-				   : xl_cookie_answer6(ctx, l3, cfg, now);
+	__u32 off = lk->offset + 4 * slot;
+	/* The MSS: a test's override, else the interface's (its MTU). */
+	__u16 mss4 = cfg->mss4 ? cfg->mss4 : lk->mss4;
+	__u16 mss6 = cfg->mss6 ? cfg->mss6 : lk->mss6;
+	int err;
+	if (pkt->family == 4)
+		err = xl_cookie_answer4(ctx, l3, mss4 ? mss4 : 1460, off, now);
+	else
+		err = xl_cookie_answer6(ctx, l3, mss6 ? mss6 : 1440, off, now);
 	if (err) {
 		cnt->unanswerable++;
 		return XDP_DROP;

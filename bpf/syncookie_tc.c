@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* xlimit_tc_cookie: the ACK side of the SYN cookies that XDP sends
  * (syncookie.h), at TC ingress. An ACK to a listening socket of a cookie
- * rule's port is checked with the kernel's own cookie check; a valid one is
- * charged to the rule like the SYN it stands for, and then handed to the
- * listener with bpf_sk_assign_tcp_reqsk (Linux 6.9), which creates the
- * connection without the listener ever having seen its SYN.
+ * rule's port is checked with the kernel's own cookie check, less the
+ * offset of each cookie rule that may have answered (K + 4 * slot); a
+ * valid one is charged like the SYN it stands for to the rule that
+ * answered and those after it (the rules before it charged the SYN at
+ * XDP), and then handed to the listener with bpf_sk_assign_tcp_reqsk
+ * (Linux 6.9), which creates the connection without the listener ever
+ * having seen its SYN. An ACK whose cookie the kernel made (it passes the
+ * check without an offset) is left to the kernel, uncharged: its SYN was
+ * charged at XDP, and its options are the kernel's encoding.
  *
  * A separate object from the XDP program: the kfunc exists only since 6.9,
  * and the loader loads this program only where it does, with the XDP
@@ -32,10 +37,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
  * classic tc filters behind them (xlimit's kernel queues redirect from
  * there); PASS ends the chain. Only an ACK handed to its listener passes;
  * everything else goes on as if this program were not there. */
-#define XL_TCX_NEXT   -1
-#define TC_ACT_OK     0
-#define TC_ACT_SHOT   2
-#define XL_TC_TCP_RST 0x04
+#define XL_TCX_NEXT -1
+#define TC_ACT_OK   0
+#define TC_ACT_SHOT 2
 
 /* The kernel's struct sock, opaque here: a definition (not a forward
  * declaration) so that the kfunc's BTF matches the kernel's kind. */
@@ -48,8 +52,9 @@ extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk,
 /* Charges a connection opened by a valid cookie to the rule in slot: the
  * breaker's and the concurrency gates, the per-source bucket and the
  * rule's bucket, as xl_apply_rule charges a SYN. Returns the reason of a
- * refusal, or 0 when admitted. Counts the decision in the rule's counters.
- * A global function: verified once, not per slot. */
+ * refusal, or 0 when admitted, or when a shadow rule would have refused
+ * (it never drops: counted would_drop). Counts the decision in the rule's
+ * counters. A global function: verified once, not per slot. */
 __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now, __u64 len)
 {
 	__u32 slot = key % XL_MAX_RULES;
@@ -72,9 +77,27 @@ __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now,
 		reason = XL_REASON_SOURCE;
 	if (!reason && !xl_rule_admit(c, st, b, inc, xl_runs(r), now))
 		reason = XL_REASON_RULE;
-	xl_count(slot, reason ? XL_VERDICT_DROP : XL_VERDICT_PASS,
-		 reason ? reason : XL_REASON_ADMIT, len);
-	return reason;
+	__u32 verdict = !reason			      ? XL_VERDICT_PASS
+			: (r->flags & XL_RULE_SHADOW) ? XL_VERDICT_WOULD_DROP
+						      : XL_VERDICT_DROP;
+	xl_count(slot, verdict, reason ? reason : XL_REASON_ADMIT, len);
+	return verdict == XL_VERDICT_DROP ? reason : 0;
+}
+
+/* The kernel's cookie check of the ACK whose IP header is ip (in the
+ * packet) and whose TCP header is th (a copy, its ack_seq adjusted). */
+static __always_inline long xl_cookie_check(void *ip, void *end, struct xl_tcphdr *th, __u32 family)
+{
+	if (family == 4) {
+		struct xl_iphdr *ip4 = ip;
+		if ((void *)(ip4 + 1) > end)
+			return -1;
+		return bpf_tcp_raw_check_syncookie_ipv4((void *)ip4, (void *)th);
+	}
+	struct xl_ipv6hdr *ip6 = ip;
+	if ((void *)(ip6 + 1) > end)
+		return -1;
+	return bpf_tcp_raw_check_syncookie_ipv6((void *)ip6, (void *)th);
 }
 
 /* Whether a cookie rule in slot may have sent the cookie an ACK returns:
@@ -90,6 +113,23 @@ static __always_inline int xl_cookie_window(__u32 gen, __u32 slot, __u64 *now)
 	struct xl_cookie_state *cs = bpf_map_lookup_elem(&xl_cookie_state, &slot);
 	return cs && cs->epoch == r->epoch && cs->last_ns &&
 	       xl_time(now) < cs->last_ns + XL_COOKIE_GRACE_NS;
+}
+
+/* The cookie rules of rules (a mask of generation gen's) that may have
+ * sent a cookie now (xl_cookie_window), as a mask. A global function: the
+ * caller's verification sees one value, not one path per rule. */
+__noinline __u64 xl_cookie_open(__u32 gen, __u64 rules, __u64 *now)
+{
+	__u64 open = 0;
+	if (!now || gen >= XL_GENERATIONS)
+		return 0;
+	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
+		if (!(rules >> i))
+			break;
+		if (((rules >> i) & 1) && xl_cookie_window(gen, i, now))
+			open |= 1ULL << i;
+	}
+	return open;
 }
 
 SEC("tc")
@@ -124,7 +164,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	struct xl_tcphdr *tcp = cur.pos;
 	if (xl_parse_l4(&cur, &pkt, l4) < 0 || (void *)(tcp + 1) > cur.end)
 		return XL_TCX_NEXT;
-	if ((tcp->flags & (XL_TCP_SYN | XL_TCP_ACK | XL_TC_TCP_RST)) != XL_TCP_ACK)
+	if ((tcp->flags & (XL_TCP_SYN | XL_TCP_ACK | XL_TCP_RST)) != XL_TCP_ACK)
 		return XL_TCX_NEXT;
 	/* Cookies are answered only to plain IP headers (syncookie.h). */
 	if (pkt.family == 4 && (void *)tcp != ip + sizeof(struct xl_iphdr))
@@ -142,10 +182,17 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	__u64 cookie_rules = mask & cfg->rules;
 	if (!cookie_rules)
 		return XL_TCX_NEXT;
-	__u32 first = xl_lowest_bit(cookie_rules);
+	/* The cookie rules that may have sent the cookie the ACK returns:
+	 * none, and the ACK is none of xlimit's business (no socket lookup). */
 	__u64 now = 0;
-	if (first >= XL_MAX_RULES || !xl_cookie_window(gen, first, &now))
+	__u64 open = xl_cookie_open(gen, cookie_rules, &now);
+	if (!open)
 		return XL_TCX_NEXT;
+	__u32 first = xl_lowest_bit(open);
+	struct xl_cookie_link *lk = bpf_map_lookup_elem(&xl_cookie_link, &zero);
+	if (!lk)
+		return XL_TCX_NEXT;
+	struct xl_cookie_counters *cnt = NULL;
 
 	struct bpf_sock *skc = xl_cookie_socket(skb, ip, tcp, cur.end, pkt.family);
 	if (!skc)
@@ -154,32 +201,54 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	if (skc->state != XL_TCP_LISTEN)
 		goto release;
 
-	struct xl_cookie_counters *cnt = xl_cookie_counters(first);
-	if (!cnt)
+	/* Which rule answered: the offset its cookie carries. The check
+	 * helpers take a fixed-size header, so the stack copy (that the
+	 * options are parsed from below) does, its ack_seq adjusted. */
+	struct xl_tcp_copy th = {};
+	__u32 n = (tcp->doff_res >> 4) * 4;
+	asm volatile("%0 &= 0x3c" : "+r"(n));
+	if (n < sizeof(struct xl_tcphdr) ||
+	    bpf_skb_load_bytes(skb, (void *)tcp - (void *)(long)skb->data, th.b, n))
 		goto release;
-	long bad;
-	if (pkt.family == 4) {
-		struct xl_iphdr *ip4 = ip;
-		if ((void *)(ip4 + 1) > cur.end)
-			goto release;
-		bad = bpf_tcp_raw_check_syncookie_ipv4((void *)ip4, (void *)tcp);
-	} else {
-		struct xl_ipv6hdr *ip6 = ip;
-		if ((void *)(ip6 + 1) > cur.end)
-			goto release;
-		bad = bpf_tcp_raw_check_syncookie_ipv6((void *)ip6, (void *)tcp);
+	struct xl_tcphdr *th20 = (struct xl_tcphdr *)th.b;
+	__u32 ack = bpf_ntohl(th20->ack_seq);
+	/* The rules the ACK charges: from the one that answered on (the SYN
+	 * charged those before it at XDP, which admitted it, and never met
+	 * those after). Kept as a mask, not the slot, so that the verifier
+	 * sees one charging loop, not one per slot. */
+	__u64 charge = 0;
+	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
+		if (!(open >> i))
+			break;
+		if (!((open >> i) & 1))
+			continue;
+		th20->ack_seq = bpf_htonl(ack - lk->offset - 4 * i);
+		if (!xl_cookie_check(ip, cur.end, th20, pkt.family)) {
+			charge = mask >> i << i;
+			cnt = xl_cookie_counters(i);
+			break;
+		}
 	}
-	if (bad) {
-		/* Not ours: the listener answers it (a reset) as it would. */
-		cnt->failed++;
+	if (!charge || !cnt) {
+		/* Not xlimit's. The kernel's own cookie (its SYN queue
+		 * overflowed, or tcp_syncookies=2) is the kernel's to check
+		 * and decode; anything else its listener answers (a reset) as
+		 * it would. */
+		th20->ack_seq = bpf_htonl(ack);
+		struct xl_answer_counters *ac = bpf_map_lookup_elem(&xl_answer_stats, &first);
+		cnt = xl_cookie_counters(first);
+		if (ac && lk->offset && !xl_cookie_check(ip, cur.end, th20, pkt.family))
+			ac->kernel_cookie++;
+		else if (cnt)
+			cnt->failed++;
 		goto release;
 	}
 
 	__u64 len = skb->len;
 	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
-		if (!(mask >> i))
+		if (!(charge >> i))
 			break;
-		if (!((mask >> i) & 1))
+		if (!((charge >> i) & 1))
 			continue;
 		if (xl_cookie_charge(gen * XL_MAX_RULES + i, &pkt, &now, len)) {
 			cnt->refused++;
@@ -189,12 +258,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	}
 
 	struct xl_syn_opts o = {};
-	struct xl_tcp_copy th = {};
-	__u32 n = (tcp->doff_res >> 4) * 4;
-	asm volatile("%0 &= 0x3c" : "+r"(n));
-	if (n >= sizeof(struct xl_tcphdr) &&
-	    !bpf_skb_load_bytes(skb, (void *)tcp - (void *)(long)skb->data, th.b, n))
-		xl_cookie_parse_opts(&th, n, &o);
+	xl_cookie_parse_opts(&th, n, &o);
 	struct bpf_tcp_req_attrs attrs = {};
 	__u32 opt = o.ts ? o.tsecr & 0xff : 0;
 	attrs.mss = xl_cookie_mss(pkt.family, o.ts ? opt >> XL_TSOPT_MSS_SHIFT : 0);

@@ -100,10 +100,10 @@ enum xl_reason {
 /* What became of a refused SYN's reset (xl_counters.resets, rule slots). */
 enum xl_reset_outcome {
 	XL_RESET_SENT = 0,
-	XL_RESET_UNSUPPORTED = 1,   /* IP options or extension headers, or deeper tags */
-	XL_RESET_NOT_UNICAST = 2,   /* multicast/broadcast/unspecified source or destination */
+	XL_RESET_UNSUPPORTED = 1,   /* shape or flags (answer.h) */
+	XL_RESET_NOT_UNICAST = 2,   /* a source never answered (answer.h) */
 	XL_RESET_RULE_BUDGET = 3,   /* the rule's own reset bucket is empty */
-	XL_RESET_NOT_LOCAL = 4,	    /* not to the interface's MAC and a host address */
+	XL_RESET_NOT_LOCAL = 4,	    /* not to the host's MAC and address (answer.h) */
 	XL_RESET_GLOBAL_BUDGET = 5, /* the reset bucket of all rules is empty */
 	XL_RESET_MAX = 6,
 };

@@ -6,6 +6,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "answer.h"
 #include "bucket.h"
 #include "clock.h"
 #include "conns.h"
@@ -35,6 +36,7 @@ const enum xl_global_flag *xl_btf_global_flag __attribute__((unused));
 const enum xl_prefix_flag *xl_btf_prefix_flag __attribute__((unused));
 const enum xl_reset_outcome *xl_btf_reset_outcome __attribute__((unused));
 const enum xl_host_kind *xl_btf_host_kind __attribute__((unused));
+const enum xl_answer *xl_btf_answer __attribute__((unused));
 const struct xl_frag_key *xl_btf_frag_key __attribute__((unused));
 const struct xl_frag *xl_btf_frag __attribute__((unused));
 const struct xl_host_key *xl_btf_host_key __attribute__((unused));
@@ -44,12 +46,16 @@ const struct xl_host_addr *xl_btf_host_addr __attribute__((unused));
 #define XL_APPLY_RESET (1 << 16)
 /* xl_apply_rule's flag: answer the SYN with a SYN cookie (syncookie.h). */
 #define XL_APPLY_COOKIE (1 << 17)
+/* The cookie path's class for a shadow rule's SYN: not asked, not
+ * answered (a shadow rule answers nothing), counted as a cookie. */
+#define XL_ANSWER_SHADOW (XL_ANSWER_MAX + 1)
 
 /* Applies the rule in one slot of a generation (key: gen * XL_MAX_RULES +
  * slot, its key in xl_rules) and counts its decision. The packet matched
  * the rules of mask.
  * Returns the rule's verdict in the low byte, its reason in the next, and
- * XL_APPLY_RESET when the drop is to be answered with a reset.
+ * XL_APPLY_RESET when the drop is to be answered with a reset, or
+ * XL_APPLY_COOKIE with a SYN cookie.
  * *now is the packet's time, read on first need (0: not read yet).
  *
  * A global (not inlined) function: the verifier checks it once, not once
@@ -90,10 +96,19 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		b = &lim->bucket;
 	xl_cache_claim(c, r, b, slot);
 	inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
+	/* A SYN for the cookie path: answered, dropped unanswered (the
+	 * answering policy refuses it), or, when XDP cannot answer it (a
+	 * spent budget, say), on to the gates and the bucket as without
+	 * cookies (syncookie.h). A shadow rule's is only counted. */
+	__u32 answer = XL_ANSWER_MAX;
 	if (xl_cookie_first(r, slot, pkt, b, inc, now)) {
-		reason = XL_REASON_COOKIE;
-		cookie = XL_APPLY_COOKIE;
-		goto out;
+		answer = (r->flags & XL_RULE_SHADOW) ? XL_ANSWER_SHADOW
+						     : xl_cookie_take(ctx, pkt, key, now);
+		if (!xl_cookie_fallback(answer)) {
+			reason = XL_REASON_COOKIE;
+			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
+			goto out;
+		}
 	}
 
 	/* New connections meet the breaker's and the concurrency gates. A
@@ -132,9 +147,16 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		reason = XL_REASON_ADMIT;
 	}
 out:
-	if (reason == XL_REASON_RULE && xl_cookie_overflow(r, slot, pkt, now)) {
-		reason = XL_REASON_COOKIE;
-		cookie = XL_APPLY_COOKIE;
+	/* `auto`: a SYN the bucket refused goes to the cookie path too, unless
+	 * it has been there already. */
+	if (reason == XL_REASON_RULE && answer == XL_ANSWER_MAX &&
+	    xl_cookie_overflow(r, slot, pkt, now)) {
+		answer = (r->flags & XL_RULE_SHADOW) ? XL_ANSWER_SHADOW
+						     : xl_cookie_take(ctx, pkt, key, now);
+		if (!xl_cookie_fallback(answer)) {
+			reason = XL_REASON_COOKIE;
+			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
+		}
 	}
 	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE || capped) &&
 	    xl_refuse_reset(ctx, gen, slot, r, pkt, st, b, inc, now))

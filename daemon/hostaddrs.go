@@ -8,12 +8,14 @@ import (
 )
 
 // The host's own addresses in the kernel (xl_host_addrs, bpf/maps.h): the
-// XDP program answers a frame (a reset of a refused SYN) only when it is
-// addressed to the attached interface's MAC and to one of the namespace's
-// IPs (loader.HostAddrs). loader.Attach writes the set before the first
-// packet; the daemon again on every netlink address or link event, and
-// every hostAddrsResync in case an event was lost (netlink drops them when
-// its socket buffer is full).
+// XDP program answers a frame (a reset of a refused SYN, a SYN cookie)
+// only when it is addressed to the attached interface's MAC and to one of
+// the namespace's IPs, and not from one of them (loader.HostAddrs,
+// bpf/answer.h); and the MSS its SYN cookies announce, from the
+// interface's MTU (loader.RefreshCookieLink). loader.Attach writes both
+// before the first packet; the daemon again on every netlink address or
+// link event (an MTU change is one), and every hostAddrsResync in case an
+// event was lost (netlink drops them when its socket buffer is full).
 
 const hostAddrsResync = 30 * time.Second
 
@@ -25,6 +27,10 @@ func (d *daemon) refreshHostAddrs() {
 	for _, a := range d.attach {
 		if err := a.RefreshHostAddrs(); err != nil {
 			d.log.Warn("cannot write the host's addresses: refused connections may get no reset", "iface", a.Iface, "err", err)
+		}
+		// The MTU, whose MSS SYN cookies announce, changes with the link.
+		if err := a.RefreshCookieLink(); err != nil {
+			d.log.Warn("cannot write the SYN cookies' MSS", "iface", a.Iface, "err", err)
 		}
 	}
 }

@@ -151,6 +151,7 @@ func (d *daemon) commit(p *prepared) error {
 	for _, w := range p.specs.NotEnforced {
 		d.log.Warn("not enforced by this version", "what", w)
 	}
+	d.warnXDPTx(p.specs) // answer.go
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/xlimit/xlimit/maps"
 )
@@ -60,6 +61,22 @@ func (a *Attachment) attachCookies() error {
 		return fmt.Errorf("pin the SYN cookie check's link: %w", err)
 	}
 	a.cookieProg, a.cookieLink = cp, l
+	return nil
+}
+
+// RefreshCookieLink writes the MSS that cookie SYN-ACKs announce, from the
+// interface's MTU (maps.MSSForMTU), into the attachment's xl_cookie_link,
+// drawing its cookie offset when it has none. Attach does it before the
+// program sees a packet; the daemon again on every link change, so an
+// MTU change is followed (docs/dataplane.md, "SYN cookies").
+func (a *Attachment) RefreshCookieLink() error {
+	nl, err := netlink.LinkByIndex(a.Ifindex)
+	if err != nil {
+		return fmt.Errorf("read the MTU of %s: %w", a.Iface, err)
+	}
+	if err := a.Tables().SetCookieMTU(nl.Attrs().MTU); err != nil {
+		return fmt.Errorf("cookie settings of %s: %w", a.Iface, err)
+	}
 	return nil
 }
 

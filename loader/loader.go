@@ -173,6 +173,9 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if err := a.RefreshHostAddrs(); err != nil { // hostaddrs.go: what the program may answer
 		return nil, err
 	}
+	if err := a.RefreshCookieLink(); err != nil { // cookie.go: the cookies' offset and MSS
+		return nil, err
+	}
 	if opts.Fill != nil {
 		if err := opts.Fill(a.objs.Tables()); err != nil {
 			return nil, fmt.Errorf("write the rules before attaching to %s: %w", iface, err)

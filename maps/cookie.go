@@ -3,6 +3,8 @@
 package maps
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -110,11 +112,15 @@ type cookieMaps struct {
 	// toSocket counts the SYNs left to a socket the host already had
 	// (bpf/syncookie.h); nil in pins of an xlimit from before it.
 	toSocket *ebpf.Map
+	// link holds the attachment's cookie offset and MSS, answer the
+	// answering classes (bpf/answer.h); nil in pins from before them.
+	link, answer *ebpf.Map
 }
 
 func (o *Objects) cookieMaps() *cookieMaps {
 	m := &o.objs.xdpMaps
-	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats, toSocket: m.XlCookieSock}
+	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats, toSocket: m.XlCookieSock,
+		link: m.XlCookieLink, answer: m.XlAnswerStats}
 }
 
 // openCookieMaps opens the pinned cookie maps of dir; nil when absent.
@@ -134,11 +140,16 @@ func openCookieMaps(dir string, opts *ebpf.LoadPinOptions) (*cookieMaps, error) 
 		}
 		*m.dst = mp
 	}
-	if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlCookieSock), opts); err == nil {
-		c.toSocket = mp
-	} else if !errors.Is(err, os.ErrNotExist) {
-		c.close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlCookieSock, err)
+	for _, m := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{xdpMapXlCookieSock, &c.toSocket}, {xdpMapXlCookieLink, &c.link}, {xdpMapXlAnswerStats, &c.answer}} {
+		if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts); err == nil {
+			*m.dst = mp
+		} else if !errors.Is(err, os.ErrNotExist) {
+			c.close()
+			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
+		}
 	}
 	return c, nil
 }
@@ -148,7 +159,7 @@ func (c *cookieMaps) close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{c.cfg, c.state, c.stats, c.toSocket} {
+	for _, m := range []*ebpf.Map{c.cfg, c.state, c.stats, c.toSocket, c.link, c.answer} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -158,12 +169,104 @@ func (c *cookieMaps) close() error {
 
 // CookiePinNames are the pinned names of the cookie maps.
 func CookiePinNames() []string {
-	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock}
+	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
+		xdpMapXlCookieLink, xdpMapXlAnswerStats}
+}
+
+// CookieOffsetMin and CookieOffsetMax bound the top byte of the cookie
+// offset K (xl_cookie_link.offset): the kernel's cookie check accepts a
+// cookie whose top byte, a minute counter, is the current minute or the
+// one before; an offset whose top byte is in [64, 191] (plus the 4 * 63 of
+// the highest slot, which can carry one into it) moves every cookie at
+// least 62 minutes out of that window, in either direction, so neither
+// side's cookie passes the other's check (bpf/syncookie.h,
+// docs/dataplane.md "SYN cookies").
+const (
+	CookieOffsetMin = 64 << 24
+	CookieOffsetMax = 192<<24 - 1
+)
+
+// newCookieOffset draws a random cookie offset in [CookieOffsetMin,
+// CookieOffsetMax].
+func newCookieOffset() (uint32, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return 0, fmt.Errorf("draw the cookie offset: %w", err)
+	}
+	return CookieOffsetMin + binary.LittleEndian.Uint32(b[:])%(CookieOffsetMax-CookieOffsetMin+1), nil
+}
+
+// CookieLink is the attachment's cookie settings (struct xl_cookie_link).
+type CookieLink struct {
+	Offset     uint32 // K, random per attachment (its pins)
+	MSS4, MSS6 uint16 // what the SYN-ACKs announce: the interface's MTU - 40 and - 60
+}
+
+// CookieLink returns the attachment's cookie settings (zero in pins from
+// before them).
+func (t *Tables) CookieLink() (CookieLink, error) {
+	if t.cookie == nil || t.cookie.link == nil {
+		return CookieLink{}, nil
+	}
+	var v xdpXlCookieLink
+	if err := t.cookie.link.Lookup(uint32(0), &v); err != nil {
+		return CookieLink{}, fmt.Errorf("read cookie settings: %w", err)
+	}
+	return CookieLink{Offset: v.Offset, MSS4: v.Mss4, MSS6: v.Mss6}, nil
+}
+
+// MSSForMTU returns the MSS a SYN-ACK announces over IPv4 and IPv6 on an
+// interface of the given MTU: the MTU less the IP and TCP headers (40 and
+// 60 bytes), at least 88 and 1220 (IPv6's minimum MTU, 1280, less 60).
+func MSSForMTU(mtu int) (mss4, mss6 uint16) {
+	clamp := func(v, lo int) uint16 { return uint16(min(max(v, lo), 0xffff)) }
+	return clamp(mtu-40, 88), clamp(mtu-60, 1220)
+}
+
+// SetCookieMTU makes the SYN-ACKs announce the MSS of an interface of MTU
+// mtu (MSSForMTU), keeping the attachment's cookie offset (drawing it
+// first when there is none). The daemon calls it at attach and on every
+// link change (loader.Attachment.RefreshCookieLink).
+func (t *Tables) SetCookieMTU(mtu int) error {
+	l, err := t.CookieLink()
+	if err != nil || t.cookie == nil || t.cookie.link == nil {
+		return err
+	}
+	l.MSS4, l.MSS6 = MSSForMTU(mtu)
+	return t.setCookieLink(l)
+}
+
+// setCookieLink writes l, with an offset drawn when it has none.
+func (t *Tables) setCookieLink(l CookieLink) error {
+	if l.Offset == 0 {
+		var err error
+		if l.Offset, err = newCookieOffset(); err != nil {
+			return err
+		}
+	}
+	v := xdpXlCookieLink{Offset: l.Offset, Mss4: l.MSS4, Mss6: l.MSS6}
+	if err := t.cookie.link.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write cookie settings: %w", err)
+	}
+	return nil
 }
 
 func (t *Tables) writeCookies(gen uint32, p *dataplane.Plan) error {
 	if t.cookie == nil {
 		return nil
+	}
+	// Every attachment gets its cookie offset before a rule can answer
+	// with a cookie; once drawn it stays (the pin keeps it).
+	if t.cookie.link != nil {
+		l, err := t.CookieLink()
+		if err != nil {
+			return err
+		}
+		if l.Offset == 0 {
+			if err := t.setCookieLink(l); err != nil {
+				return err
+			}
+		}
 	}
 	c := p.Cookies
 	v := xdpXlCookieCfg{Rules: c.Rules, Mss4: c.MSS4, Mss6: c.MSS6}
@@ -213,6 +316,27 @@ func (t *Tables) CookieCounters(slot int) (dataplane.CookieCounters, error) {
 		for _, v := range n {
 			sum.ToSocket += v
 		}
+	}
+	return sum, nil
+}
+
+// AnswerCounters returns a slot's answering classes (bpf/answer.h) summed
+// over CPUs (zero when the pins predate them).
+func (t *Tables) AnswerCounters(slot int) (dataplane.AnswerCounters, error) {
+	var sum dataplane.AnswerCounters
+	if t.cookie == nil || t.cookie.answer == nil {
+		return sum, nil
+	}
+	var per []xdpXlAnswerCounters
+	if err := t.cookie.answer.Lookup(uint32(slot), &per); err != nil {
+		return sum, fmt.Errorf("read answer counters %d: %w", slot, err)
+	}
+	for _, c := range per {
+		for i := range sum.Cookie {
+			sum.Cookie[i] += c.Cookie[i]
+			sum.Reset[i] += c.Reset[i]
+		}
+		sum.KernelCookie += c.KernelCookie
 	}
 	return sum, nil
 }

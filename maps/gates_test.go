@@ -194,11 +194,13 @@ func TestResetReply(t *testing.T) {
 		vlans   []uint16
 		payload int
 	}{
-		{"IPv4", "192.0.2.1", nil, 0},
-		{"IPv4 in QinQ", "192.0.2.2", []uint16{frame.EtherType8021AD, frame.EtherType8021Q}, 0},
-		{"IPv4 SYN with data", "192.0.2.3", nil, 17},
-		{"IPv6", "2001:db8::1", nil, 0},
-		{"IPv6 tagged, with data", "2001:db8::2", []uint16{frame.EtherType8021Q}, 5},
+		// Sources that are not the host's own (192.0.2.1 and 2001:db8::1
+		// are: answer.h answers no frame from them).
+		{"IPv4", "198.51.100.1", nil, 0},
+		{"IPv4 in QinQ", "198.51.100.2", []uint16{frame.EtherType8021AD, frame.EtherType8021Q}, 0},
+		{"IPv4 SYN with data", "198.51.100.3", nil, 17},
+		{"IPv6", "2001:db8:1::1", nil, 0},
+		{"IPv6 tagged, with data", "2001:db8:1::2", []uint16{frame.EtherType8021Q}, 5},
 	} {
 		now += second // the reset bucket refills between cases
 		s := tcpSpec(synFlags, c.src)

@@ -324,13 +324,15 @@ func TestResetAddressing(t *testing.T) {
 	}{
 		{"to another MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("02:00:00:00:00:99") }), dataplane.ResetNotLocal},
 		{"to another IP", syn(80, func(s *frame.Spec) { s.Dst = netip.MustParseAddr("10.9.0.2") }), dataplane.ResetNotLocal},
-		{"to broadcast MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("ff:ff:ff:ff:ff:ff") }), dataplane.ResetNotUnicast},
-		{"to multicast MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("01:00:5e:00:00:01") }), dataplane.ResetNotUnicast},
+		// Any destination that is not the host's is not_local, group
+		// addresses included (answer.h); not_unicast is for sources.
+		{"to broadcast MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("ff:ff:ff:ff:ff:ff") }), dataplane.ResetNotLocal},
+		{"to multicast MAC", syn(80, func(s *frame.Spec) { s.DstMAC = mac("01:00:5e:00:00:01") }), dataplane.ResetNotLocal},
 		{"from multicast MAC", syn(80, func(s *frame.Spec) { s.SrcMAC = mac("01:00:5e:00:00:01") }), dataplane.ResetNotUnicast},
 		{"from multicast IP", syn(80, func(s *frame.Spec) { s.Src = netip.MustParseAddr("224.0.0.5") }), dataplane.ResetNotUnicast},
 		{"from broadcast IP", syn(80, func(s *frame.Spec) { s.Src = netip.MustParseAddr("255.255.255.255") }), dataplane.ResetNotUnicast},
 		{"from 0.0.0.0", syn(80, func(s *frame.Spec) { s.Src = netip.MustParseAddr("0.0.0.0") }), dataplane.ResetNotUnicast},
-		{"to broadcast IP", syn(80, func(s *frame.Spec) { s.Dst = netip.MustParseAddr("255.255.255.255") }), dataplane.ResetNotUnicast},
+		{"to broadcast IP", syn(80, func(s *frame.Spec) { s.Dst = netip.MustParseAddr("255.255.255.255") }), dataplane.ResetNotLocal},
 		{"IPv6 from multicast", syn(80, func(s *frame.Spec) {
 			s.Src, s.Dst = netip.MustParseAddr("ff02::1"), netip.MustParseAddr("2001:db8::80")
 		}), dataplane.ResetNotUnicast},

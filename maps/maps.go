@@ -158,6 +158,7 @@ func PinnedNames() []string {
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits,
 		xdpMapXlSrcFront, xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
+		xdpMapXlCookieLink, xdpMapXlAnswerStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,
 	}
 }

@@ -60,7 +60,7 @@ import (
 var configMaps = map[string]bool{
 	xdpMapXlGen: true, xdpMapXlConfirm: true, xdpMapXlConfig: true, xdpMapXlRules: true, xdpMapXlPorts: true,
 	xdpMapXlPrefix4: true, xdpMapXlPrefix6: true, xdpMapXlPrefilter: true, xdpMapXlLimits: true,
-	xdpMapXlHostAddrs: true, xdpMapXlCookieCfg: true,
+	xdpMapXlHostAddrs: true, xdpMapXlCookieCfg: true, xdpMapXlCookieLink: true,
 }
 
 // rootMap is never shared with the program being replaced.

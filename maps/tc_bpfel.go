@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type tcXlAnswerCounters struct {
+	_            structs.HostLayout
+	Cookie       [10]uint64
+	Reset        [10]uint64
+	KernelCookie uint64
+}
+
 type tcXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
@@ -71,6 +78,13 @@ type tcXlCookieCounters struct {
 	Failed       uint64
 	Refused      uint64
 	AssignFailed uint64
+}
+
+type tcXlCookieLink struct {
+	_      structs.HostLayout
+	Offset uint32
+	Mss4   uint16
+	Mss6   uint16
 }
 
 type tcXlCookieState struct {
@@ -303,6 +317,7 @@ type tcXlSrcScratch struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	tcMapXlAnswerStats   = "xl_answer_stats"
 	tcMapXlBuckets       = "xl_buckets"
 	tcMapXlCaches        = "xl_caches"
 	tcMapXlClock         = "xl_clock"
@@ -310,6 +325,7 @@ const (
 	tcMapXlConfirm       = "xl_confirm"
 	tcMapXlConns         = "xl_conns"
 	tcMapXlCookieCfg     = "xl_cookie_cfg"
+	tcMapXlCookieLink    = "xl_cookie_link"
 	tcMapXlCookieSock    = "xl_cookie_sock"
 	tcMapXlCookieState   = "xl_cookie_state"
 	tcMapXlCookieStats   = "xl_cookie_stats"
@@ -386,6 +402,7 @@ type tcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcMapSpecs struct {
+	XlAnswerStats *ebpf.MapSpec `ebpf:"xl_answer_stats"`
 	XlBuckets     *ebpf.MapSpec `ebpf:"xl_buckets"`
 	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
@@ -393,6 +410,7 @@ type tcMapSpecs struct {
 	XlConfirm     *ebpf.MapSpec `ebpf:"xl_confirm"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
+	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
@@ -445,6 +463,7 @@ func (o *tcObjects) Close() error {
 //
 // It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcMaps struct {
+	XlAnswerStats *ebpf.Map `ebpf:"xl_answer_stats"`
 	XlBuckets     *ebpf.Map `ebpf:"xl_buckets"`
 	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
@@ -452,6 +471,7 @@ type tcMaps struct {
 	XlConfirm     *ebpf.Map `ebpf:"xl_confirm"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
+	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
@@ -479,6 +499,7 @@ type tcMaps struct {
 
 func (m *tcMaps) Close() error {
 	return _TcClose(
+		m.XlAnswerStats,
 		m.XlBuckets,
 		m.XlCaches,
 		m.XlClock,
@@ -486,6 +507,7 @@ func (m *tcMaps) Close() error {
 		m.XlConfirm,
 		m.XlConns,
 		m.XlCookieCfg,
+		m.XlCookieLink,
 		m.XlCookieSock,
 		m.XlCookieState,
 		m.XlCookieStats,

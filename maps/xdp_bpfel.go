@@ -13,6 +13,29 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type xdpXlAnswer uint32
+
+const (
+	xdpXlAnswerXL_ANSWER_OK      xdpXlAnswer = 0
+	xdpXlAnswerXL_ANSWER_SHAPE   xdpXlAnswer = 1
+	xdpXlAnswerXL_ANSWER_FLAGS   xdpXlAnswer = 2
+	xdpXlAnswerXL_ANSWER_SRC_MAC xdpXlAnswer = 3
+	xdpXlAnswerXL_ANSWER_SRC_IP  xdpXlAnswer = 4
+	xdpXlAnswerXL_ANSWER_DST_MAC xdpXlAnswer = 5
+	xdpXlAnswerXL_ANSWER_DST_IP  xdpXlAnswer = 6
+	xdpXlAnswerXL_ANSWER_SRC_OWN xdpXlAnswer = 7
+	xdpXlAnswerXL_ANSWER_SOCKET  xdpXlAnswer = 8
+	xdpXlAnswerXL_ANSWER_BUDGET  xdpXlAnswer = 9
+	xdpXlAnswerXL_ANSWER_MAX     xdpXlAnswer = 10
+)
+
+type xdpXlAnswerCounters struct {
+	_            structs.HostLayout
+	Cookie       [10]uint64
+	Reset        [10]uint64
+	KernelCookie uint64
+}
+
 type xdpXlBucket struct {
 	_    structs.HostLayout
 	Mult uint64
@@ -73,6 +96,13 @@ type xdpXlCookieCounters struct {
 	Failed       uint64
 	Refused      uint64
 	AssignFailed uint64
+}
+
+type xdpXlCookieLink struct {
+	_      structs.HostLayout
+	Offset uint32
+	Mss4   uint16
+	Mss6   uint16
 }
 
 type xdpXlCookieState struct {
@@ -383,6 +413,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	xdpMapXlAnswerStats     = "xl_answer_stats"
 	xdpMapXlBuckets         = "xl_buckets"
 	xdpMapXlCaches          = "xl_caches"
 	xdpMapXlClock           = "xl_clock"
@@ -390,6 +421,7 @@ const (
 	xdpMapXlConfirm         = "xl_confirm"
 	xdpMapXlConns           = "xl_conns"
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
+	xdpMapXlCookieLink      = "xl_cookie_link"
 	xdpMapXlCookieSock      = "xl_cookie_sock"
 	xdpMapXlCookieState     = "xl_cookie_state"
 	xdpMapXlCookieStats     = "xl_cookie_stats"
@@ -415,6 +447,7 @@ const (
 	xdpMapXlStats           = "xl_stats"
 	xdpProgXlimitSockops    = "xlimit_sockops"
 	xdpProgXlimitXdp        = "xlimit_xdp"
+	xdpVarXlBtfAnswer       = "xl_btf_answer"
 	xdpVarXlBtfFrag         = "xl_btf_frag"
 	xdpVarXlBtfFragKey      = "xl_btf_frag_key"
 	xdpVarXlBtfGlobalFlag   = "xl_btf_global_flag"
@@ -480,6 +513,7 @@ type xdpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpMapSpecs struct {
+	XlAnswerStats *ebpf.MapSpec `ebpf:"xl_answer_stats"`
 	XlBuckets     *ebpf.MapSpec `ebpf:"xl_buckets"`
 	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
 	XlClock       *ebpf.MapSpec `ebpf:"xl_clock"`
@@ -487,6 +521,7 @@ type xdpMapSpecs struct {
 	XlConfirm     *ebpf.MapSpec `ebpf:"xl_confirm"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
+	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
@@ -516,6 +551,7 @@ type xdpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xdpVariableSpecs struct {
+	XlBtfAnswer       *ebpf.VariableSpec `ebpf:"xl_btf_answer"`
 	XlBtfFrag         *ebpf.VariableSpec `ebpf:"xl_btf_frag"`
 	XlBtfFragKey      *ebpf.VariableSpec `ebpf:"xl_btf_frag_key"`
 	XlBtfGlobalFlag   *ebpf.VariableSpec `ebpf:"xl_btf_global_flag"`
@@ -551,6 +587,7 @@ func (o *xdpObjects) Close() error {
 //
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpMaps struct {
+	XlAnswerStats *ebpf.Map `ebpf:"xl_answer_stats"`
 	XlBuckets     *ebpf.Map `ebpf:"xl_buckets"`
 	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
 	XlClock       *ebpf.Map `ebpf:"xl_clock"`
@@ -558,6 +595,7 @@ type xdpMaps struct {
 	XlConfirm     *ebpf.Map `ebpf:"xl_confirm"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
+	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
@@ -585,6 +623,7 @@ type xdpMaps struct {
 
 func (m *xdpMaps) Close() error {
 	return _XdpClose(
+		m.XlAnswerStats,
 		m.XlBuckets,
 		m.XlCaches,
 		m.XlClock,
@@ -592,6 +631,7 @@ func (m *xdpMaps) Close() error {
 		m.XlConfirm,
 		m.XlConns,
 		m.XlCookieCfg,
+		m.XlCookieLink,
 		m.XlCookieSock,
 		m.XlCookieState,
 		m.XlCookieStats,
@@ -622,6 +662,7 @@ func (m *xdpMaps) Close() error {
 //
 // It can be passed to loadXdpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xdpVariables struct {
+	XlBtfAnswer       *ebpf.Variable `ebpf:"xl_btf_answer"`
 	XlBtfFrag         *ebpf.Variable `ebpf:"xl_btf_frag"`
 	XlBtfFragKey      *ebpf.Variable `ebpf:"xl_btf_frag_key"`
 	XlBtfGlobalFlag   *ebpf.Variable `ebpf:"xl_btf_global_flag"`

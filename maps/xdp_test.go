@@ -353,6 +353,17 @@ func TestEnumsMatchBTF(t *testing.T) {
 		"XL_RESET_NOT_LOCAL":        uint64(xdpXlResetOutcomeXL_RESET_NOT_LOCAL),
 		"XL_RESET_GLOBAL_BUDGET":    uint64(xdpXlResetOutcomeXL_RESET_GLOBAL_BUDGET),
 		"XL_RESET_MAX":              uint64(xdpXlResetOutcomeXL_RESET_MAX),
+		"XL_ANSWER_OK":              uint64(xdpXlAnswerXL_ANSWER_OK),
+		"XL_ANSWER_SHAPE":           uint64(xdpXlAnswerXL_ANSWER_SHAPE),
+		"XL_ANSWER_FLAGS":           uint64(xdpXlAnswerXL_ANSWER_FLAGS),
+		"XL_ANSWER_SRC_MAC":         uint64(xdpXlAnswerXL_ANSWER_SRC_MAC),
+		"XL_ANSWER_SRC_IP":          uint64(xdpXlAnswerXL_ANSWER_SRC_IP),
+		"XL_ANSWER_DST_MAC":         uint64(xdpXlAnswerXL_ANSWER_DST_MAC),
+		"XL_ANSWER_DST_IP":          uint64(xdpXlAnswerXL_ANSWER_DST_IP),
+		"XL_ANSWER_SRC_OWN":         uint64(xdpXlAnswerXL_ANSWER_SRC_OWN),
+		"XL_ANSWER_SOCKET":          uint64(xdpXlAnswerXL_ANSWER_SOCKET),
+		"XL_ANSWER_BUDGET":          uint64(xdpXlAnswerXL_ANSWER_BUDGET),
+		"XL_ANSWER_MAX":             uint64(xdpXlAnswerXL_ANSWER_MAX),
 		"XL_HOST_MAC":               uint64(xdpXlHostKindXL_HOST_MAC),
 		"XL_HOST_IPV4":              uint64(xdpXlHostKindXL_HOST_IPV4),
 		"XL_HOST_IPV6":              uint64(xdpXlHostKindXL_HOST_IPV6),
@@ -402,6 +413,10 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"xl_counters.bytes", len(ctr.Bytes), int(dataplane.VerdictMax)},
 		{"xl_counters.reasons", len(ctr.Reasons), int(dataplane.ReasonMax)},
 		{"xl_counters.resets", len(ctr.Resets), int(dataplane.ResetMax)},
+		{"xl_answer_counters.cookie", len(xdpXlAnswerCounters{}.Cookie), int(dataplane.AnswerMax)},
+		{"xl_answer_counters.reset", len(xdpXlAnswerCounters{}.Reset), int(dataplane.AnswerMax)},
+		{"sizeof xl_answer_counters", binary.Size(xdpXlAnswerCounters{}), 8 * (2*int(dataplane.AnswerMax) + 1)},
+		{"sizeof xl_cookie_link", binary.Size(xdpXlCookieLink{}), 8},
 		{"sizeof xl_frag_key", binary.Size(xdpXlFragKey{}), 40},
 		{"sizeof xl_frag", binary.Size(xdpXlFrag{}), 16},
 		{"sizeof xl_host_key", binary.Size(xdpXlHostKey{}), 24},
@@ -481,9 +496,10 @@ func TestEnumsMatchBTF(t *testing.T) {
 		"xl_verdict":       func(v uint64) string { return dataplane.Verdict(v).String() },
 		"xl_reason":        func(v uint64) string { return dataplane.Reason(v).String() },
 		"xl_reset_outcome": func(v uint64) string { return dataplane.ResetOutcome(v).String() },
+		"xl_answer":        func(v uint64) string { return dataplane.Answer(v).String() },
 	}
 	seen := map[string]bool{}
-	for _, enumName := range []string{"xl_proto", "xl_verdict", "xl_reason", "xl_rule_flag", "xl_global_flag", "xl_prefix_flag", "xl_reset_outcome", "xl_host_kind"} {
+	for _, enumName := range []string{"xl_proto", "xl_verdict", "xl_reason", "xl_rule_flag", "xl_global_flag", "xl_prefix_flag", "xl_reset_outcome", "xl_host_kind", "xl_answer"} {
 		var e *btf.Enum
 		if err := spec.Types.TypeByName(enumName, &e); err != nil {
 			t.Errorf("enum %s: %v", enumName, err)
@@ -545,6 +561,12 @@ func enumPairs() []enumPair {
 		{"XL_RESET_NOT_UNICAST", uint64(dataplane.ResetNotUnicast)}, {"XL_RESET_RULE_BUDGET", uint64(dataplane.ResetRuleBudget)},
 		{"XL_RESET_NOT_LOCAL", uint64(dataplane.ResetNotLocal)}, {"XL_RESET_GLOBAL_BUDGET", uint64(dataplane.ResetGlobalBudget)},
 		{"XL_RESET_MAX", uint64(dataplane.ResetMax)},
+		{"XL_ANSWER_OK", uint64(dataplane.AnswerOK)}, {"XL_ANSWER_SHAPE", uint64(dataplane.AnswerShape)},
+		{"XL_ANSWER_FLAGS", uint64(dataplane.AnswerFlags)}, {"XL_ANSWER_SRC_MAC", uint64(dataplane.AnswerSrcMAC)},
+		{"XL_ANSWER_SRC_IP", uint64(dataplane.AnswerSrcIP)}, {"XL_ANSWER_DST_MAC", uint64(dataplane.AnswerDstMAC)},
+		{"XL_ANSWER_DST_IP", uint64(dataplane.AnswerDstIP)}, {"XL_ANSWER_SRC_OWN", uint64(dataplane.AnswerSrcOwn)},
+		{"XL_ANSWER_SOCKET", uint64(dataplane.AnswerSocket)}, {"XL_ANSWER_BUDGET", uint64(dataplane.AnswerBudget)},
+		{"XL_ANSWER_MAX", uint64(dataplane.AnswerMax)},
 		{"XL_HOST_MAC", uint64(dataplane.HostMAC)}, {"XL_HOST_IPV4", uint64(dataplane.HostIPv4)},
 		{"XL_HOST_IPV6", uint64(dataplane.HostIPv6)},
 		{"XL_RULE_ACTIVE", uint64(dataplane.RuleActive)}, {"XL_RULE_SHADOW", uint64(dataplane.RuleShadow)},

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
@@ -81,6 +83,14 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 		if plan, err := dataplane.Compile(specs.Dataplane, nil); err == nil {
 			for _, w := range lockout.Warnings(plan, specs.Dataplane, ls) {
 				fmt.Fprintf(e.stderr, "warning: %s\n", w)
+			}
+		}
+	}
+	// Answers from XDP on a veth reach its peer only if it runs XDP.
+	if names := dataplane.XDPTxRules(specs.Dataplane); len(names) > 0 {
+		for _, iface := range cfg.Interfaces {
+			if err := loader.CheckXDPTxPeer(iface); errors.Is(err, loader.ErrVethPeerNoXDP) {
+				fmt.Fprintf(e.stderr, "warning: %s: interfaces: %v (rules %s)\n", file, err, strings.Join(names, ", "))
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"fmt"
 	"math"
-	"net/netip"
 )
 
 // SYN cookies (bpf/syncookie.h, docs/dataplane.md "SYN cookies").
@@ -141,38 +140,103 @@ func (m *Model) cookieOverflow(r *Rule, slot int, pkt *Packet, nowNS uint64) boo
 	return true
 }
 
-// cookieAnswer is the Go model of syncookie.h's xl_reply_cookie, up to the
-// rewrite: whether the SYN is answered (XDP_TX), counting the outcome.
-func (m *Model) cookieAnswer(frame []byte, pkt *Packet, slot int, nowNS uint64) bool {
+// cookieTake is the Go model of syncookie.h's xl_cookie_take: the class
+// of a SYN that rule slot sends to the cookie path (AnswerOK: answered),
+// counted. The model has no sockets: AnswerSocket never happens here.
+func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) Answer {
+	class := m.answerClass(frame, pkt)
+	if class == AnswerOK {
+		b := m.Plan.Cookies.Budget
+		if b.Tol == 0 || !b.GCRA(&m.cookieBudgetTAT, nowNS, 1) {
+			class = AnswerBudget
+		}
+	}
+	m.AnswerCounters[slot].Cookie[class]++
 	cnt := &m.CookieCounters[slot]
-	l3 := pkt.L3Off
-	plain := l3 <= 22 && ((pkt.Family == 4 && pkt.L4Off == l3+20) || (pkt.Family == 6 && pkt.L4Off == l3+40))
-	if plain && (len(frame) < pkt.L4Off+13 || len(frame) < pkt.L4Off+int(frame[pkt.L4Off+12]>>4)*4) {
-		plain = false // the kernel cannot copy the TCP header for the helper
-	}
-	if !plain {
-		cnt.Unanswerable++
-		return false
-	}
-	var dst netip.Addr
-	if pkt.Family == 4 && len(frame) >= l3+20 {
-		dst = netip.AddrFrom4([4]byte(frame[l3+16 : l3+20]))
-	} else if pkt.Family == 6 && len(frame) >= l3+40 {
-		dst = netip.AddrFrom16([16]byte(frame[l3+24 : l3+40]))
-	}
-	if !dst.IsValid() || !m.Host.Has(IPKey(dst)) {
-		cnt.NotLocal++
-		return false
-	}
-	b := m.Plan.Cookies.Budget
-	if b.Tol == 0 || !b.GCRA(&m.cookieBudgetTAT, nowNS, 1) {
+	switch class {
+	case AnswerOK:
+		// The kernel may still fail the rewrite (a frame it cannot
+		// resize: no tailroom); BPF_PROG_TEST_RUN gives every frame its
+		// tailroom.
+		cnt.Sent++
+		m.cookies[slot].lastNS = nowNS
+	case AnswerBudget:
 		cnt.OverBudget++
+	case AnswerDstMAC, AnswerDstIP:
+		cnt.NotLocal++
+	case AnswerSocket:
+		cnt.ToSocket++
+	default:
+		cnt.Unanswerable++
+	}
+	return class
+}
+
+// cookieFallback is syncookie.h's xl_cookie_fallback: whether a SYN of
+// class goes on to the rule's gates and bucket.
+func cookieFallback(a Answer) bool { return a == AnswerShape || a == AnswerSocket || a == AnswerBudget }
+
+// CookieACK is the Go model of syncookie_tc.c's charging of an ACK whose
+// cookie the rule in slot answered (the TC program finds that rule by the
+// offset its cookie carries; the model has no cookies, so the caller says
+// which). The ACK stands for its SYN: it charges the syn_only rules it
+// matches from that slot on (those before it charged the SYN at XDP), as
+// xl_cookie_charge does, and reports whether one of them refused it
+// (TC_ACT_SHOT). A shadow rule that would refuse counts would_drop and
+// refuses nothing. An allowlisted or denylisted source is not charged.
+func (m *Model) CookieACK(frame []byte, answered int, nowNS uint64) (refused bool) {
+	p := m.Plan
+	g := &p.Globals
+	pkt, _ := Parse(frame)
+	pkt.SYN, pkt.Proto = true, ProtoTCP
+	var src *PrefixEntry
+	if (pkt.Family == 4 && g.Flags&GlobalPrefixesV4 != 0) || (pkt.Family == 6 && g.Flags&GlobalPrefixesV6 != 0) {
+		src = p.Lookup(pkt.Src)
+	}
+	if src != nil && src.Flags&(PrefixAllow|PrefixDeny) != 0 {
 		return false
 	}
-	// The kernel may still fail the rewrite (a SYN whose TCP header is
-	// cut short, a frame it cannot resize); the corpus has no such SYN
-	// that parses as one.
-	cnt.Sent++
-	m.cookies[slot].lastNS = nowNS
-	return true
+	mask := m.match(&pkt, src) & g.SynOnly
+	for i := answered; i < MaxRules && mask>>i != 0; i++ {
+		r := &p.Rules[i]
+		if mask>>i&1 == 0 || !r.Active() {
+			continue
+		}
+		why := m.cookieCharge(r, i, &pkt, nowNS)
+		v := VerdictPass
+		switch {
+		case why == ReasonAdmit:
+		case r.Flags&RuleShadow != 0:
+			v = VerdictWouldDrop
+		default:
+			v = VerdictDrop
+		}
+		m.Counters[i].count(v, why, uint64(len(frame)))
+		if v == VerdictDrop {
+			m.CookieCounters[answered].Refused++
+			return true
+		}
+	}
+	return false
+}
+
+// cookieCharge is syncookie_tc.c's xl_cookie_charge: the gates, the
+// per-source bucket and the rule's bucket, as a SYN meets them.
+func (m *Model) cookieCharge(r *Rule, slot int, pkt *Packet, nowNS uint64) Reason {
+	st, b, lim, c, fresh := m.claim(r, slot, nowNS)
+	inc := b.Inc(1)
+	runs := r.Flags&RulePerSource == 0
+	switch {
+	case fresh && !m.gateAdmit(&lim.Gate, st):
+		return ReasonBreaker
+	case r.Flags&RuleConcurrency != 0 && !m.concAdmit(r, slot):
+		return ReasonConcurrency
+	case c.Empty(inc, nowNS, runs):
+		return ReasonRule
+	case r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS):
+		return ReasonSource
+	case !c.Admit(&st.tat, b, inc, nowNS, runs):
+		return ReasonRule
+	}
+	return ReasonAdmit
 }

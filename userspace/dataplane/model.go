@@ -25,6 +25,8 @@ type Model struct {
 	cookieBudgetTAT uint64
 	// CookieCounters are the rules' cookie counters (xl_cookie_stats).
 	CookieCounters [MaxRules]CookieCounters
+	// AnswerCounters are the rules' answering classes (xl_answer_stats).
+	AnswerCounters [MaxRules]AnswerCounters
 	Counters       [CounterSlots]Counters
 	// Host holds the host's own addresses (xl_host_addrs): a refused SYN
 	// is answered with a reset only when addressed to them.
@@ -355,20 +357,13 @@ func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64)
 		if !r.Active() {
 			continue
 		}
-		v, why, reset := m.applyRule(frame, r, i, pkt, mask, nowNS)
-		if why == ReasonRule && m.cookieOverflow(r, i, pkt, nowNS) {
-			why = ReasonCookie
-		}
+		v, why, reset, cookie := m.applyRule(frame, r, i, pkt, mask, nowNS)
 		if v == VerdictDrop && r.Flags&RuleShadow != 0 {
 			v = VerdictWouldDrop
 		}
 		m.Counters[i].count(v, why, uint64(pkt.Len))
 		if v == VerdictDrop {
-			res := Result{Verdict: VerdictDrop, Reason: why, Reset: reset}
-			if why == ReasonCookie {
-				res.Cookie = m.cookieAnswer(frame, pkt, i, nowNS)
-			}
-			return res, i + 1
+			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset, Cookie: cookie}, i + 1
 		}
 	}
 	return res, 0
@@ -394,32 +389,79 @@ func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
 	return mask & (^g.SrcFiltered | rules)
 }
 
-func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, nowNS uint64) (Verdict, Reason, bool) {
-	if (pkt.Fragment || pkt.FirstFrag) && r.Flags&RuleFragDrop != 0 {
-		return VerdictDrop, ReasonFragment, false
+// applyRule is xlimit.c's xl_apply_rule: the rule's verdict and reason,
+// whether the drop is answered with a reset, and whether with a cookie.
+func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, nowNS uint64) (Verdict, Reason, bool, bool) {
+	v, why, reset, answer := m.applyRuleCookie(frame, r, slot, pkt, mask, nowNS)
+	// `auto`: a SYN the bucket refused goes to the cookie path too,
+	// unless it has been there already (answer is then set).
+	if why == ReasonRule && answer == AnswerMax && m.cookieOverflow(r, slot, pkt, nowNS) {
+		answer = answerShadow
+		if r.Flags&RuleShadow == 0 {
+			answer = m.cookieTake(frame, pkt, slot, nowNS)
+		}
+		if !cookieFallback(answer) {
+			why = ReasonCookie
+		}
 	}
-	st := &m.buckets[slot]
+	return v, why, reset, why == ReasonCookie && answer == AnswerOK
+}
+
+// answerShadow is xlimit.c's XL_ANSWER_SHADOW: a shadow rule's SYN for the
+// cookie path, counted as a cookie, answered never.
+const answerShadow = AnswerMax + 1
+
+// applyRuleCookie is xl_apply_rule up to its last step: the cookie path
+// before the buckets, the gates and the buckets; and the cookie path's
+// class when the SYN went there (AnswerMax: it did not).
+func (m *Model) applyRuleCookie(frame []byte, r *Rule, slot int, pkt *Packet, mask, nowNS uint64) (Verdict, Reason, bool, Answer) {
+	if (pkt.Fragment || pkt.FirstFrag) && r.Flags&RuleFragDrop != 0 {
+		return VerdictDrop, ReasonFragment, false, AnswerMax
+	}
+	st, b, lim, c, fresh := m.claim(r, slot, nowNS)
+	cost := uint64(1)
+	if r.Flags&RuleBytes != 0 {
+		cost = uint64(pkt.Len)
+	}
+	inc := b.Inc(cost)
+	answer := AnswerMax
+	if m.cookieFirst(r, slot, pkt, b, inc, nowNS) {
+		answer = answerShadow
+		if r.Flags&RuleShadow == 0 {
+			answer = m.cookieTake(frame, pkt, slot, nowNS)
+		}
+		if !cookieFallback(answer) {
+			return VerdictDrop, ReasonCookie, false, answer
+		}
+	}
+	v, why, reset := m.applyRuleBuckets(frame, r, slot, pkt, mask, nowNS, st, b, lim, c, fresh, inc)
+	return v, why, reset, answer
+}
+
+// claim is xl_apply_rule's (and xl_cookie_charge's) start: the slot's
+// bucket state and cache claimed for rule r, and the bucket in force (the
+// control loop's limit while fresh, else the rule's own).
+func (m *Model) claim(r *Rule, slot int, nowNS uint64) (st *bucketState, b Bucket, lim *Limit, c *Cache, fresh bool) {
+	st = &m.buckets[slot]
 	if st.epoch != r.Epoch {
 		st.tat, st.epoch, st.resetTAT, st.probes = nowNS<<TimeShift, r.Epoch, 0, 0
 	}
-	b := r.Fallback
-	lim := &m.Limits[slot]
-	c := &m.caches[slot]
-	fresh := lim.Epoch == r.Epoch && c.Time(nowNS) < lim.DeadlineNS
+	b = r.Fallback
+	lim = &m.Limits[slot]
+	c = &m.caches[slot]
+	fresh = lim.Epoch == r.Epoch && c.Time(nowNS) < lim.DeadlineNS
 	if fresh {
 		b = lim.Bucket
 	}
 	if c.Claim(b, r.Epoch) && m.flood.slot == slot {
 		m.flood.left = 0
 	}
-	cost := uint64(1)
-	if r.Flags&RuleBytes != 0 {
-		cost = uint64(pkt.Len)
-	}
-	inc := b.Inc(cost)
-	if m.cookieFirst(r, slot, pkt, b, inc, nowNS) {
-		return VerdictDrop, ReasonCookie, false
-	}
+	return st, b, lim, c, fresh
+}
+
+// applyRuleBuckets is xl_apply_rule's gates and buckets.
+func (m *Model) applyRuleBuckets(frame []byte, r *Rule, slot int, pkt *Packet, mask, nowNS uint64,
+	st *bucketState, b Bucket, lim *Limit, c *Cache, fresh bool, inc uint64) (Verdict, Reason, bool) {
 	if pkt.SYN {
 		why := ReasonRule
 		if fresh && !m.gateAdmit(&lim.Gate, st) {
@@ -431,7 +473,7 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 			if r.Flags&RuleShadow != 0 {
 				return VerdictDrop, why, false
 			}
-			out := m.resetDecide(frame, pkt, st, &b, inc, nowNS)
+			out := m.resetDecide(frame, pkt, slot, st, &b, inc, nowNS)
 			m.Counters[slot].Resets[out]++
 			return VerdictDrop, why, out == ResetSent
 		}
@@ -442,7 +484,7 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 		if !pkt.SYN || r.Flags&RuleRefuseReset == 0 || r.Flags&RuleShadow != 0 {
 			return VerdictDrop, why, false
 		}
-		out := m.resetDecide(frame, pkt, st, &b, inc, nowNS)
+		out := m.resetDecide(frame, pkt, slot, st, &b, inc, nowNS)
 		m.Counters[slot].Resets[out]++
 		return VerdictDrop, why, out == ResetSent
 	}

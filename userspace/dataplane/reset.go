@@ -51,48 +51,27 @@ const (
 	DefaultResetBurst = 1000
 )
 
-func notUnicast4(a [4]byte) bool { return a[0] >= 224 || a == [4]byte{} }
-
-func notUnicast6(a [16]byte) bool { return a[0] == 0xff || a == [16]byte{} }
-
 // resetDecide is the Go model of reset.h's xl_reset_decide: whether a SYN
 // that a rule refused is answered, st, b and inc being the rule's bucket
-// state, settings and the SYN's cost under them.
-func (m *Model) resetDecide(frame []byte, pkt *Packet, st *bucketState, b *Bucket, inc, nowNS uint64) ResetOutcome {
-	l3 := pkt.L3Off
-	if l3 > 22 || !pkt.SYN {
-		return ResetUnsupported
+// state, settings and the SYN's cost under them. Counts its class.
+func (m *Model) resetDecide(frame []byte, pkt *Packet, slot int, st *bucketState, b *Bucket, inc, nowNS uint64) ResetOutcome {
+	class := AnswerFlags
+	if pkt.SYN {
+		class = m.answerClass(frame, pkt)
 	}
-	if frame[0]&1 != 0 || frame[6]&1 != 0 {
-		return ResetNotUnicast // the group bit: multicast, broadcast included
-	}
-	var dst HostKey
-	switch {
-	case pkt.Family == 4 && pkt.L4Off == l3+20:
-		src, d := [4]byte(frame[l3+12:l3+16]), [4]byte(frame[l3+16:l3+20])
-		if notUnicast4(src) || notUnicast4(d) {
-			return ResetNotUnicast
+	out := resetOutcome(class)
+	if out == ResetSent {
+		if took, _ := b.Take(&st.resetTAT, nowNS, inc, inc); took == 0 {
+			out, class = ResetRuleBudget, AnswerBudget
 		}
-		dst = IPKey(netip.AddrFrom4(d))
-	case pkt.Family == 6 && pkt.L4Off == l3+40:
-		src, d := [16]byte(frame[l3+8:l3+24]), [16]byte(frame[l3+24:l3+40])
-		if notUnicast6(src) || notUnicast6(d) {
-			return ResetNotUnicast
+	}
+	if out == ResetSent {
+		g := &m.Plan.Globals.Reset
+		one := g.Inc(1)
+		if took, _ := g.Take(&m.resetTAT, nowNS, one, one); took == 0 {
+			out, class = ResetGlobalBudget, AnswerBudget
 		}
-		dst = HostKey{Kind: HostIPv6, Addr: d}
-	default:
-		return ResetUnsupported
 	}
-	if took, _ := b.Take(&st.resetTAT, nowNS, inc, inc); took == 0 {
-		return ResetRuleBudget
-	}
-	if !m.Host.Has(MACKey(net.HardwareAddr(frame[0:6]))) || !m.Host.Has(dst) {
-		return ResetNotLocal
-	}
-	g := &m.Plan.Globals.Reset
-	one := g.Inc(1)
-	if took, _ := g.Take(&m.resetTAT, nowNS, one, one); took == 0 {
-		return ResetGlobalBudget
-	}
-	return ResetSent
+	m.AnswerCounters[slot].Reset[class]++
+	return out
 }

@@ -27,6 +27,13 @@ type CookieTable interface {
 	CookieCounters(slot int) (dataplane.CookieCounters, error)
 }
 
+// AnswerTable is what the collector reads of a table with the answering
+// classes (maps.Tables, bpf/answer.h): a slot's SYNs on each answering
+// path by class. Optional, as CookieTable.
+type AnswerTable interface {
+	AnswerCounters(slot int) (dataplane.AnswerCounters, error)
+}
+
 // Target is one interface: its maps and the plan in force on it.
 type Target struct {
 	Iface string
@@ -43,6 +50,7 @@ type Collector struct {
 	packets, bytes, drops, rate, conns, ifacePackets *prometheus.Desc
 	inFlightCap                                      *prometheus.Desc
 	cookies                                          *prometheus.Desc
+	answers                                          *prometheus.Desc
 	errors                                           prometheus.Counter
 	reloads                                          *prometheus.CounterVec
 
@@ -116,8 +124,11 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			"The control loop's cap on an adaptive rule's connections in flight, while the service is saturated (0: none in force).",
 			[]string{"iface", "rule"}, nil),
 		cookies: prometheus.NewDesc("xlimit_syn_cookies_total",
-			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget, not_local, unanswerable (SYNs not answered), to_socket (SYNs passed to a socket the host already had for their 4-tuple, TIME_WAIT or open).",
+			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget (SYNs over the budget of answers, left to the rule's bucket), not_local, unanswerable (SYNs not answered), to_socket (SYNs left to a socket the host already had for their 4-tuple, TIME_WAIT or open), kernel_cookie (ACKs carrying a cookie the kernel made, left to it).",
 			[]string{"iface", "rule", "outcome"}, nil),
+		answers: prometheus.NewDesc("xlimit_answers_total",
+			"SYNs on a path that answers from XDP (path cookie: syn_cookies; reset: a refused SYN's reset), by the class of the answering policy: ok (answered, within the policy and the budget), shape, flags, src_mac, src_ip, dst_mac, dst_ip, src_own (not answered: docs/robustness.md), socket, budget. Reset path: only classes seen.",
+			[]string{"iface", "rule", "path", "class"}, nil),
 		rate: prometheus.NewDesc("xlimit_rule_rate",
 			"The rate in force for a rule, per second (packets, connections or bytes).",
 			[]string{"iface", "rule", "source"}, nil),
@@ -206,7 +217,7 @@ func (c *Collector) Reload(result string) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.inFlightCap, c.ifacePackets, c.cookies} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.inFlightCap, c.ifacePackets, c.cookies, c.answers} {
 		ch <- d
 	}
 	ch <- c.latency
@@ -259,7 +270,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if counted && r.Flags&dataplane.RuleConcurrency == 0 {
 				ch <- prometheus.MustNewConstMetric(c.inFlightCap, prometheus.GaugeValue, inFlightCap, t.Iface, r.Name)
 			}
-			if ct, ok := t.Table.(CookieTable); ok && r.Flags&(dataplane.RuleCookieAuto|dataplane.RuleCookieAlways) != 0 {
+			cookieRule := r.Flags&(dataplane.RuleCookieAuto|dataplane.RuleCookieAlways) != 0
+			var answers dataplane.AnswerCounters
+			if at, ok := t.Table.(AnswerTable); ok {
+				var err error
+				if answers, err = at.AnswerCounters(slot); err != nil {
+					c.errors.Inc()
+				} else {
+					for class := range dataplane.AnswerMax {
+						if cookieRule {
+							ch <- prometheus.MustNewConstMetric(c.answers, prometheus.CounterValue, float64(answers.Cookie[class]), t.Iface, r.Name, "cookie", class.String())
+						}
+						if n := answers.Reset[class]; n != 0 {
+							ch <- prometheus.MustNewConstMetric(c.answers, prometheus.CounterValue, float64(n), t.Iface, r.Name, "reset", class.String())
+						}
+					}
+				}
+			}
+			if ct, ok := t.Table.(CookieTable); ok && cookieRule {
 				if k, err := ct.CookieCounters(slot); err != nil {
 					c.errors.Inc()
 				} else {
@@ -268,7 +296,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 						n    uint64
 					}{{"sent", k.Sent}, {"validated", k.Validated}, {"failed", k.Failed}, {"refused", k.Refused},
 						{"assign_failed", k.AssignFailed}, {"over_budget", k.OverBudget}, {"not_local", k.NotLocal},
-						{"unanswerable", k.Unanswerable}, {"to_socket", k.ToSocket}} {
+						{"unanswerable", k.Unanswerable}, {"to_socket", k.ToSocket}, {"kernel_cookie", answers.KernelCookie}} {
 						ch <- prometheus.MustNewConstMetric(c.cookies, prometheus.CounterValue, float64(o.n), t.Iface, r.Name, o.name)
 					}
 				}

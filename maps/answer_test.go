@@ -1,0 +1,170 @@
+//go:build linux
+
+package maps
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
+	"github.com/xlimit/xlimit/userspace/frame"
+)
+
+// answerHarness is a harness for one of corpus.AnswerSpecs, the resets
+// rule's breaker refusing every SYN (its refusals take the reset path).
+func answerHarness(t *testing.T, spec string, now uint64) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.apply(t, compile(t, corpus.AnswerSpecs()[spec], nil))
+	slot := h.slot(t, corpus.AnswerRule(corpus.PathReset))
+	b, _ := dataplane.NewBucket(1e6, 1e6, false)
+	h.setLimit(t, slot, dataplane.Limit{Bucket: b, DeadlineNS: now + 1e6*second, Epoch: h.plan.Rules[slot].Epoch,
+		Gate: dataplane.Gate{Drop: dataplane.GateAll}})
+	return h
+}
+
+func (h *harness) answerCounters(tb testing.TB, slot int) dataplane.AnswerCounters {
+	tb.Helper()
+	c, err := h.tab.AnswerCounters(slot)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// TestAnswerClasses: every SYN of the answering corpus (corpus.AnswerCases:
+// each class of bpf/answer.h, on the cookie path and the reset path) gets
+// its verdict, answered (XDP_TX) only when the policy allows it, with
+// exactly its class counted on its path, the kernel and the Go model in
+// step. Before answer.h (cd7296b) the cookie path answered every one of
+// the crafted SYNs (broadcast and multicast MACs, a foreign
+// destination MAC, 255.255.255.255, 224.0.0.1, 0.0.0.0, 127.0.0.1, the
+// host's own address, ff02::1, SYN|RST, SYN|FIN) and the reset path the
+// loopback and own-address sources, SYN|RST and SYN|FIN.
+func TestAnswerClasses(t *testing.T) {
+	cases := corpus.AnswerCases(corpus.DefaultAnswerHost())
+	specs := map[string]bool{}
+	for _, c := range cases {
+		specs[c.Spec] = true
+	}
+	names := make([]string, 0, len(specs))
+	for s := range specs {
+		names = append(names, s)
+	}
+	slices.Sort(names)
+	for _, spec := range names {
+		now := uint64(1000 * second)
+		h := answerHarness(t, spec, now)
+		for _, c := range cases {
+			if c.Spec != spec {
+				continue
+			}
+			now += 10 * second
+			name := c.Path + ": " + c.Name
+			for _, f := range c.Pre {
+				h.run(t, f, now)
+			}
+			slot := h.slot(t, corpus.AnswerRule(c.Path))
+			before, a0, k0 := h.counters(t), h.answerCounters(t, slot), h.cookieCounters(t, slot)
+			m0 := h.model.AnswerCounters[slot]
+			ret, _ := h.kernelRunOut(t, c.Frame, now, 1)
+			res := h.model.Eval(c.Frame, now)
+			if ret != c.Ret {
+				t.Errorf("%s: XDP return code %d, want %d", name, ret, c.Ret)
+			}
+			if mret := modelRet(res); mret != c.Ret {
+				t.Errorf("%s: model %+v (return code %d), want %d", name, res, mret, c.Ret)
+			}
+			d := deltas(h.counters(t), before)
+			v := dataplane.VerdictDrop
+			if c.Ret == corpus.XDPPass {
+				v = dataplane.VerdictPass
+			}
+			rule := one(v, c.Reason, len(c.Frame))
+			if c.Path == corpus.PathReset {
+				rule.Resets[c.Reset] = 1
+			}
+			if d[slot] != rule || d[dataplane.GlobalSlot] != one(v, c.Reason, len(c.Frame)) {
+				t.Errorf("%s: rule and global counters %s / %s, want %s", name, fmtCounters(d[slot]), fmtCounters(d[dataplane.GlobalSlot]), fmtCounters(rule))
+			}
+			var want dataplane.AnswerCounters
+			if c.Path == corpus.PathCookie {
+				want.Cookie[c.Class] = 1
+			} else {
+				want.Reset[c.Class] = 1
+			}
+			if got := h.answerCounters(t, slot).Sub(a0); got != want {
+				t.Errorf("%s: answer counters %+v, want %v on the %s path", name, got, c.Class, c.Path)
+			}
+			if got := h.model.AnswerCounters[slot].Sub(m0); got != want {
+				t.Errorf("%s: model's answer counters %+v, want %v on the %s path", name, got, c.Class, c.Path)
+			}
+			if c.Path == corpus.PathCookie && h.cookieCounters(t, slot).Sent-k0.Sent != b2u(c.Ret == corpus.XDPTx) {
+				t.Errorf("%s: cookie counters %+v -> %+v", name, k0, h.cookieCounters(t, slot))
+			}
+		}
+		h.checkCounters(t)
+		for _, r := range []string{"cookies", "resets"} {
+			slot := h.slot(t, r)
+			k := h.cookieCounters(t, slot)
+			xdp := dataplane.CookieCounters{Sent: k.Sent, OverBudget: k.OverBudget, NotLocal: k.NotLocal, Unanswerable: k.Unanswerable}
+			if xdp != h.model.CookieCounters[slot] {
+				t.Errorf("spec %s, rule %s: cookie counters kernel %+v, model %+v", spec, r, xdp, h.model.CookieCounters[slot])
+			}
+		}
+	}
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// modelRet is the XDP return code the model's result stands for.
+func modelRet(r dataplane.Result) uint32 {
+	switch {
+	case r.Reset || r.Cookie:
+		return corpus.XDPTx
+	case r.Pass():
+		return corpus.XDPPass
+	}
+	return corpus.XDPDrop
+}
+
+// TestCookieBudgetFallback: with the budget of cookie answers spent, a SYN
+// goes to the rule's own bucket: passed while it has room (counted
+// over_budget, answer class budget), dropped with reason rule once it is
+// empty; kernel and model in step. Before (cd7296b) every SYN over the
+// budget was dropped, the rule's bucket full and unused.
+func TestCookieBudgetFallback(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{CookieRate: 1, Rules: []dataplane.RuleSpec{
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 2, Burst: 2, SynCookies: "always"},
+	}}, nil))
+	slot := h.slot(t, "web")
+	now := uint64(1000 * second)
+	for i, want := range []uint32{xdpTx, xdpPass, xdpPass, xdpDrop} {
+		s := frame.Spec{Src: netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: 80, TCPFlags: frame.TCPSyn}
+		in := frame.MustBuild(s)
+		ret, _ := h.kernelRunOut(t, in, now, 1)
+		res := h.model.Eval(in, now)
+		if ret != want || modelRet(res) != want {
+			t.Errorf("SYN %d under a budget of 1 answer and a bucket of 2: XDP return code %d, model %d, want %d", i, ret, modelRet(res), want)
+		}
+	}
+	c := h.slotCounters(t, slot)
+	if c.Reasons[dataplane.ReasonCookie] != 1 || c.Reasons[dataplane.ReasonAdmit] != 2 || c.Reasons[dataplane.ReasonRule] != 1 {
+		t.Errorf("rule counters %s, want 1 cookie, 2 admitted by the bucket, 1 dropped by it", fmtCounters(c))
+	}
+	if k := h.cookieCounters(t, slot); k.Sent != 1 || k.OverBudget != 3 {
+		t.Errorf("cookie counters %+v, want 1 sent and 3 over the budget", k)
+	}
+	if a := h.answerCounters(t, slot); a.Cookie[dataplane.AnswerOK] != 1 || a.Cookie[dataplane.AnswerBudget] != 3 || a != h.model.AnswerCounters[slot] {
+		t.Errorf("answer counters %+v, model %+v, want 1 ok and 3 budget", a, h.model.AnswerCounters[slot])
+	}
+	h.checkCounters(t)
+}
