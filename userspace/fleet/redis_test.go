@@ -80,14 +80,11 @@ func TestRedisStoreMatchesAllocate(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 3 {
-		// Wait for the start of an epoch, then report from n hosts.
-		for time.Now().UnixMilli()%1000 > 200 {
-			time.Sleep(10 * time.Millisecond)
-		}
 		n := 1 + rng.IntN(30)
 		key := "k" + strconv.Itoa(round)
 		ds := make([]float64, n)
 		var e int64
+		var left time.Duration
 		for i := range ds {
 			ds[i] = rng.ExpFloat64() * 200
 			if i%4 == 0 {
@@ -97,14 +94,13 @@ func TestRedisStoreMatchesAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ans.Rules[0].In || (i > 0 && ans.Epoch != e) || ans.Rules[0].Reporting != i+1 {
+			ra := ans.Rules[0]
+			if ra.In || (i > 0 && ra.Seq != e) || ra.Reporting != i+1 || ra.IntervalMS != 1000 {
 				t.Fatalf("round %d host %d: %+v (epoch %d before)", round, i, ans, e)
 			}
-			e = ans.Epoch
+			e, left = ra.Seq, time.Duration(ra.EndMS-ans.NowMS)*time.Millisecond
 		}
-		for time.Now().UnixMilli()/1000 == e {
-			time.Sleep(10 * time.Millisecond)
-		}
+		time.Sleep(left + 10*time.Millisecond)
 		want := Allocate(3000, ds)
 		sum := 0.0
 		for i := range ds {
@@ -113,7 +109,7 @@ func TestRedisStoreMatchesAllocate(t *testing.T) {
 				t.Fatal(err)
 			}
 			ra := ans.Rules[0]
-			if ans.Epoch != e+1 || !ra.In || ra.Demand != ds[i] {
+			if ra.Seq != e+1 || !ra.In || ra.Demand != ds[i] {
 				t.Fatalf("host %d in the next epoch: %+v", i, ans)
 			}
 			// Every answer of the epoch is the same allocation, whatever
