@@ -22,14 +22,14 @@ var memServers atomic.Uint64
 
 // keyEpoch is a key's epoch state: the script's hash PREFIX:KEY:e.
 type keyEpoch struct {
-	seq            int64
-	T              int64 // ms, the current epoch's length
-	start, end     int64 // ms, store time
-	hold           int64 // ms: the latest lease end of the earlier epochs
-	next           int64 // ms: the shortest interval asked in this epoch
-	alloc          Alloc
-	demands        map[int64]map[string]float64 // epoch → node → demand
-	expires        int64 // ms: the record's TTL
+	seq        int64
+	T          int64 // ms, the current epoch's length
+	start, end int64 // ms, store time
+	hold       int64 // ms: the latest lease end of the earlier epochs
+	next       int64 // ms: the shortest interval asked in this epoch
+	alloc      Alloc
+	demands    map[int64]map[string]float64 // epoch → node → demand
+	expires    int64                        // ms: the record's TTL
 }
 
 // MemStore is a Store in memory with the semantics of the Redis store
