@@ -68,6 +68,9 @@ type Report struct {
 	Budget   float64
 	Demand   float64
 	Interval time.Duration // the epoch the host asks for
+	// Last is the key's epoch this host last reported in, on the server
+	// of its last answer; 0 unknown.
+	Last int64
 }
 
 // RuleAnswer is the store's answer for one reported rule.
@@ -136,6 +139,10 @@ type ruleState struct {
 	inAlloc  bool
 	seen     bool // the store answered for this rule
 	interval time.Duration
+	// reported is the key's epoch of the last answer, on server
+	// reportedOn: the host reported in it.
+	reported   int64
+	reportedOn string
 }
 
 // Host is one host's side of the fleet sharing. It is safe for concurrent
@@ -288,7 +295,11 @@ func (h *Host) Reports() []Report {
 	out := make([]Report, 0, len(h.order))
 	for _, name := range h.order {
 		r := h.rules[name]
-		out = append(out, Report{Key: r.Key, Budget: r.Budget, Demand: r.demand * h.cfg.Headroom, Interval: h.cfg.Interval})
+		rep := Report{Key: r.Key, Budget: r.Budget, Demand: r.demand * h.cfg.Headroom, Interval: h.cfg.Interval}
+		if r.reportedOn == h.server {
+			rep.Last = r.reported
+		}
+		out = append(out, rep)
 	}
 	return out
 }
@@ -338,6 +349,7 @@ func (h *Host) Apply(sent, recv time.Time, reps []Report, ans Answer) error {
 		before, _, beforeState := r.cap(sent, h.cfg.Guard)
 		r.seen = true
 		r.inAlloc = ra.In
+		r.reported, r.reportedOn = ra.Seq, ans.Server
 		r.interval = T
 		until := sent.Add(toEnd + Window(T))
 		if !ra.In {

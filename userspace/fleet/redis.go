@@ -88,8 +88,8 @@ func ParseURL(raw string) (Options, error) {
 // more per epoch), T (this epoch's length, ms: the shortest interval its
 // hosts asked for during the epoch before), start and end (Redis's TIME,
 // ms), hold (the latest end of a lease of an earlier epoch: end + L,
-// L = 3T/4 rounded up), next (the shortest interval asked so far) and a
-// (the allocation). The epoch is a number, not TIME ÷ T: a clock stepped
+// L = 3T/4 rounded up), next (the shortest interval asked so far) and
+// the allocation, as one string "seq start end next T hold allocation". The epoch is a number, not TIME ÷ T: a clock stepped
 // forward ends the epoch early (the next one keeps the grid, its
 // previous hash is the epoch that just ended), a clock stepped back
 // before the epoch's start starts it again from now, so no epoch lasts
@@ -97,12 +97,13 @@ func ParseURL(raw string) (Options, error) {
 // a hash of its own, deleted three epochs later.
 //
 // ARGV: prefix, node, T in ms (the host's), number of rules, then per
-// rule: key, budget, demand. It returns now (ms), then per rule: seq, T,
-// end, hold, the allocation ("budget level extra floor hosts"), the
-// host's previous demand ("" when it did not report) and, for a key
-// without hosts in the allocation, how many hosts reported in the
-// current epoch so far. Keys are computed, not declared: no Redis Cluster
-// (as for --rules-source).
+// rule: key, budget, demand, and the epoch this host last reported in
+// (0: unknown; the previous demand is looked up there only). It returns
+// now (ms), then per rule: the epoch state's string (above), the host's
+// previous demand ("" when it did not report) and, for a key without
+// hosts in the allocation, how many hosts reported in the current epoch
+// so far. Keys are computed, not declared: no Redis Cluster (as for
+// --rules-source).
 //
 // The allocation repeats Allocate's operations in the same order; the
 // epochs are MemStore's (store.go).
@@ -144,54 +145,76 @@ local function allocate(dk1, dk2, budget)
 end
 local out = {tostring(now)}
 for i = 0, nrules - 1 do
-  local key, budget, demand = ARGV[5 + 3 * i], tonumber(ARGV[6 + 3 * i]), ARGV[7 + 3 * i]
+  local key, budget, demand, lasts = ARGV[5 + 4 * i], ARGV[6 + 4 * i], ARGV[7 + 4 * i], ARGV[8 + 4 * i]
   local base = prefix .. ':' .. key
   local ek = base .. ':e'
-  local r = redis.call('HMGET', ek, 'seq', 'T', 'start', 'end', 'hold', 'next', 'a')
-  local seq, tk, st, en, hold, tn, a = tonumber(r[1]), tonumber(r[2]), tonumber(r[3]), tonumber(r[4]), tonumber(r[5]), tonumber(r[6]), r[7]
-  local changed = false
-  if not (seq and tk and st and en and hold and tn and a) then
+  local rec = redis.call('GET', ek)
+  -- The common case (the epoch goes on) reads seq, start, end and next
+  -- and converts no other number.
+  local seqs, st, en, tn, rest
+  if rec then
+    seqs, st, en, tn, rest = string.match(rec, '^(%d+) (%-?%d+) (%-?%d+) (%d+) (.+)$')
+    st, en, tn = tonumber(st), tonumber(en), tonumber(tn)
+  end
+  local seq, tk, hold, a
+  local changed = true
+  if not (seqs and st and en and tn and rest) then
     -- A new key, or one the store lost: its first epoch, cold.
     seq, tk, st, en, hold, tn = 1, T, now, now + T, now, T
-    a = allocate(base .. ':d:0', base .. ':d:-1', budget)
-    changed = true
-  elseif now < st then
-    -- The clock stepped back before the epoch's start: it starts again
-    -- now, and the leases of the earlier epochs, granted before the
-    -- step, end within an epoch and a window of now.
-    st, en = now, now + tk
-    hold = math.min(hold, now + tk + window(tk))
-    changed = true
-  elseif now >= en then
-    hold = math.max(hold, en + window(tk))
-    local skip = math.floor((now - en) / tn)
-    seq, st, tk = seq + 1, en + skip * tn, tn
-    en, tn = st + tk, T
-    a = allocate(base .. ':d:' .. (seq - 1), base .. ':d:' .. (seq - 2), budget)
-    -- Only the last three epochs' hashes are kept; their TTL (Redis's
-    -- clock too) only collects the keys nobody exchanges for any more,
-    -- so a clock stepped forward by less than a minute loses nothing.
-    redis.call('DEL', base .. ':d:' .. (seq - 3))
-    changed = true
+    a = allocate(base .. ':d:0', base .. ':d:-1', tonumber(budget))
+  elseif now < st or now >= en or T < tn then
+    seq = tonumber(seqs)
+    local v1, v2, v3 = string.match(rest, '^(%d+) (%-?%d+) (.+)$')
+    tk, hold, a = tonumber(v1), tonumber(v2), v3
+    if now < st then
+      -- The clock stepped back before the epoch's start: it starts
+      -- again now, and the leases of the earlier epochs, granted before
+      -- the step, end within an epoch and a window of now.
+      st, en = now, now + tk
+      hold = math.min(hold, now + tk + window(tk))
+    elseif now >= en then
+      hold = math.max(hold, en + window(tk))
+      local skip = math.floor((now - en) / tn)
+      seq, st, tk = seq + 1, en + skip * tn, tn
+      en, tn = st + tk, T
+      a = allocate(base .. ':d:' .. (seq - 1), base .. ':d:' .. (seq - 2), tonumber(budget))
+      -- Only the last three epochs' hashes are kept; their TTL (Redis's
+      -- clock too) only collects the keys nobody exchanges for any
+      -- more, so a clock stepped forward by less than a minute loses
+      -- nothing.
+      redis.call('DEL', base .. ':d:' .. (seq - 3))
+    end
+    if T < tn then tn = T end
+  else
+    changed = false
   end
-  if T < tn then tn = T changed = true end
-  local dk = base .. ':d:' .. seq
-  redis.call('HSET', dk, node, demand)
+  local dk
   if changed then
-    redis.call('HSET', ek, 'seq', seq, 'T', tk, 'start', st, 'end', en, 'hold', hold, 'next', tn, 'a', a)
+    seqs = string.format('%d', seq)
+    dk = base .. ':d:' .. seqs
+    rec = seqs .. string.format(' %d %d %d %d %d ', st, en, tn, tk, hold) .. a
     local ttl = math.max(60000, 20 * tk)
-    redis.call('PEXPIRE', ek, ttl)
+    redis.call('SET', ek, rec, 'PX', ttl)
+    redis.call('HSET', dk, node, demand)
     redis.call('PEXPIRE', dk, ttl)
+  else
+    dk = base .. ':d:' .. seqs
+    redis.call('HSET', dk, node, demand)
   end
-  out[#out + 1] = tostring(seq)
-  out[#out + 1] = tostring(tk)
-  out[#out + 1] = tostring(en)
-  out[#out + 1] = tostring(hold)
-  out[#out + 1] = a
-  out[#out + 1] = redis.call('HGET', base .. ':d:' .. (seq - 1), node) or redis.call('HGET', base .. ':d:' .. (seq - 2), node) or ''
-  -- A cold key (nobody reported in the previous epoch): how many have
-  -- reported in this one so far, for the new hosts' safe share.
-  if string.sub(a, -2) == ' 0' then out[#out + 1] = tostring(redis.call('HLEN', dk)) else out[#out + 1] = '' end
+  out[#out + 1] = rec
+  -- What this host reported last in the two epochs before: where it
+  -- says it reported (one lookup), or in both when it does not know.
+  local prev = false
+  local last, seqn = tonumber(lasts), tonumber(seqs)
+  if last > 0 and last < seqn and last >= seqn - 2 then
+    prev = redis.call('HGET', base .. ':d:' .. lasts, node)
+  elseif last == 0 then
+    prev = redis.call('HGET', base .. ':d:' .. (seqn - 1), node) or redis.call('HGET', base .. ':d:' .. (seqn - 2), node)
+  end
+  out[#out + 1] = prev or ''
+  -- A cold key (nobody reported in the two previous epochs): how many
+  -- have reported in this one so far, for the new hosts' safe share.
+  if string.sub(rec, -2) == ' 0' then out[#out + 1] = tostring(redis.call('HLEN', dk)) else out[#out + 1] = '' end
 end
 return out
 `)
@@ -249,14 +272,14 @@ func (s *RedisStore) Close() error { return s.client.Close() }
 
 // Exchange implements Store: one EVALSHA (EVAL the first time).
 func (s *RedisStore) Exchange(ctx context.Context, node string, reports []Report) (Answer, error) {
-	args := make([]any, 0, 4+3*len(reports))
+	args := make([]any, 0, 4+4*len(reports))
 	T := s.opts.Interval
 	if len(reports) > 0 && reports[0].Interval > 0 {
 		T = reports[0].Interval // the host's: every report has it
 	}
 	args = append(args, s.opts.Prefix, node, T.Milliseconds(), len(reports))
 	for _, r := range reports {
-		args = append(args, r.Key, strconv.FormatFloat(r.Budget, 'g', -1, 64), strconv.FormatFloat(r.Demand, 'g', -1, 64))
+		args = append(args, r.Key, strconv.FormatFloat(r.Budget, 'g', -1, 64), strconv.FormatFloat(r.Demand, 'g', -1, 64), r.Last)
 	}
 	vals, err := exchangeScript.Run(ctx, s.client, nil, args...).StringSlice()
 	if err != nil {
@@ -270,7 +293,7 @@ func (s *RedisStore) Exchange(ctx context.Context, node string, reports []Report
 }
 
 func parseAnswer(vals []string, n int) (Answer, error) {
-	const per = 7
+	const per = 3
 	if len(vals) != 1+per*n {
 		return Answer{}, fmt.Errorf("exchange with the fleet store: %d values for %d rules", len(vals), n)
 	}
@@ -282,21 +305,27 @@ func parseAnswer(vals []string, n int) (Answer, error) {
 	for i := range n {
 		v := vals[1+per*i : 1+per*(i+1)]
 		var ra RuleAnswer
-		for j, p := range []*int64{&ra.Seq, &ra.IntervalMS, &ra.EndMS, &ra.HoldMS} {
-			if *p, err = strconv.ParseInt(v[j], 10, 64); err != nil {
-				return Answer{}, fmt.Errorf("exchange with the fleet store: epoch %q", strings.Join(v[:4], " "))
+		// "seq start end next T hold budget level extra floor hosts"
+		f := strings.Fields(v[0])
+		if len(f) != 11 {
+			return Answer{}, fmt.Errorf("exchange with the fleet store: epoch %q", v[0])
+		}
+		var start, next int64
+		for j, p := range []*int64{&ra.Seq, &start, &ra.EndMS, &next, &ra.IntervalMS, &ra.HoldMS} {
+			if *p, err = strconv.ParseInt(f[j], 10, 64); err != nil {
+				return Answer{}, fmt.Errorf("exchange with the fleet store: epoch %q", v[0])
 			}
 		}
-		if ra.Alloc, err = parseAlloc(v[4]); err != nil {
+		if ra.Alloc, err = parseAlloc(strings.Join(f[6:], " ")); err != nil {
 			return Answer{}, err
 		}
-		if d := v[5]; d != "" {
+		if d := v[1]; d != "" {
 			if ra.Demand, err = strconv.ParseFloat(d, 64); err != nil {
 				return Answer{}, fmt.Errorf("exchange with the fleet store: demand %q", d)
 			}
 			ra.In = true
 		}
-		if c := v[6]; c != "" {
+		if c := v[2]; c != "" {
 			if ra.Reporting, err = strconv.Atoi(c); err != nil {
 				return Answer{}, fmt.Errorf("exchange with the fleet store: count %q", c)
 			}

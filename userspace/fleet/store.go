@@ -20,7 +20,7 @@ type Store interface {
 // memServers numbers MemStores: each is a server of its own (Answer.Server).
 var memServers atomic.Uint64
 
-// keyEpoch is a key's epoch state: the script's hash PREFIX:KEY:e.
+// keyEpoch is a key's epoch state: the script's string PREFIX:KEY:e.
 type keyEpoch struct {
 	seq        int64
 	T          int64 // ms, the current epoch's length
@@ -70,7 +70,7 @@ func (m *MemStore) Exchange(_ context.Context, node string, reports []Report) (A
 			T = m.interval.Milliseconds()
 		}
 		k := m.keys[rep.Key]
-		m.Commands++ // HMGET
+		m.Commands++ // GET
 		if k != nil && now >= k.expires {
 			k = nil
 		}
@@ -110,16 +110,20 @@ func (m *MemStore) Exchange(_ context.Context, node string, reports []Report) (A
 		m.Commands++ // HSET
 		if changed {
 			k.expires = now + max(60000, 20*k.T)
-			m.Commands += 3 // HSET, PEXPIRE the record, PEXPIRE the hash
+			m.Commands += 2 // SET the record, PEXPIRE the hash
 			for e := range k.demands {
 				if e < k.seq-2 {
 					delete(k.demands, e)
 				}
 			}
 		}
-		d, in := k.demands[k.seq-1][node]
-		m.Commands++ // HGET
-		if !in {
+		var d float64
+		in := false
+		if rep.Last == 0 || rep.Last == k.seq-1 {
+			d, in = k.demands[k.seq-1][node]
+			m.Commands++ // HGET
+		}
+		if !in && (rep.Last == 0 || rep.Last == k.seq-2) {
 			d, in = k.demands[k.seq-2][node]
 			m.Commands++
 		}
