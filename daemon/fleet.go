@@ -93,6 +93,8 @@ func (d *daemon) runFleet(parent context.Context) (stop func()) {
 	go func() {
 		defer close(done)
 		up := true
+		var steps uint64
+		intervals := map[string]time.Duration{} // the key's epoch last logged, per rule
 		timer := time.NewTimer(0)
 		defer timer.Stop()
 		for {
@@ -122,6 +124,20 @@ func (d *daemon) runFleet(parent context.Context) (stop func()) {
 						d.log.Info("fleet store back", "store", f.opts.URL)
 					}
 					up = true
+					if n := f.host.ClockSteps(); n != steps {
+						steps = n
+						d.log.Warn("fleet store's clock stepped, or another server answers (a restart or a failover): shares rise only once every earlier lease has ended",
+							"store", f.opts.URL, "discontinuities", n)
+					}
+					for _, r := range f.host.Status(d.opts.Clock.Now()) {
+						if r.Interval != 0 && r.Interval != intervals[r.Rule] {
+							if r.Interval != f.opts.Interval || intervals[r.Rule] != 0 {
+								d.log.Info("fleet key's epoch: the shortest interval its hosts ask for", "rule", r.Rule, "key", r.Key,
+									"epoch", r.Interval, "interval", f.opts.Interval)
+							}
+							intervals[r.Rule] = r.Interval
+						}
+					}
 				}
 			}
 			wait := min(max(f.host.Next().Sub(d.opts.Clock.Now()), time.Millisecond), f.opts.Interval)

@@ -199,3 +199,91 @@ func TestFleetBudget(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// fleetRulesBudget is fleetRules with another fleet budget.
+func fleetRulesBudget(budget int) string {
+	return strings.Replace(fleetRules(), fmt.Sprintf("rate: %d,", fleetBudget), fmt.Sprintf("rate: %d,", budget), 1)
+}
+
+// TestFleetMixedIntervals (issue 26): three daemons on one Redis, two at
+// the default epoch (200 ms) and one at ?interval=1s, all flooded, their
+// rules from the rules source; at 8 s the fleet budget is raised from
+// 3000/s to 3300/s by `xlimit rules push`, reaching every host at once.
+// The admitted total over every 1 s window (sliding by 100 ms, from 2 s:
+// the first second is the documented cold start) stays within 5 % of the
+// larger budget in force during the window; per-second totals are logged.
+func TestFleetMixedIntervals(t *testing.T) {
+	requireRoot(t)
+	r := startRedis(t)
+	source := r.url("")
+	hosts := make([]*fleetHost, 3)
+	udps := make([]*lab.UDPCounter, 3)
+	for i := range hosts {
+		hosts[i] = &fleetHost{e: newEnv(t)}
+	}
+	r.push(t, hosts[0].e, fleetRules())
+	for i, h := range hosts {
+		fleetURL := "unix://" + r.sock
+		if i == 2 {
+			fleetURL += "?interval=1s"
+		}
+		h.start(t, source, "--fleet", fleetURL, "--node-name", fmt.Sprintf("host-%d", i))
+		udps[i], _ = h.e.services(false)
+	}
+	waitRules(t, hosts, fleetRules(), 1, time.Now(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const offered, dur = 4500.0, 16 * time.Second
+	t0 := time.Now()
+	waits := make([]func() lab.FloodResult, 3)
+	for i, h := range hosts {
+		waits[i] = h.e.flood(ctx, false, offered, dur)
+	}
+	time.Sleep(time.Until(t0.Add(8 * time.Second)))
+	pushed := time.Now()
+	r.push(t, hosts[0].e, fleetRulesBudget(3300))
+	took := waitRules(t, hosts, fleetRulesBudget(3300), 2, pushed, 10*time.Second)
+	t.Logf("e2e fleet mixed: budget 3000 -> 3300 pushed at %v, in force on the hosts after %v %v %v",
+		pushed.Sub(t0).Round(time.Millisecond), took[0].Round(time.Millisecond), took[1].Round(time.Millisecond), took[2].Round(time.Millisecond))
+	for i, w := range waits {
+		res := w()
+		t.Logf("e2e fleet mixed offered: host %d sent %d packets in %v: %.0f/s (errors %d, skipped %d)", i, res.Sent, res.Elapsed.Round(time.Millisecond), res.PPS(), res.Errors, res.Skipped)
+		if res.PPS() < 0.8*offered {
+			t.Errorf("host %d: the flood reached only %.0f/s", i, res.PPS())
+		}
+	}
+	for _, u := range udps {
+		u.Settle(200*time.Millisecond, 2*time.Second)
+	}
+	budgetAt := func(at time.Time) float64 {
+		if at.Before(pushed) {
+			return 3000
+		}
+		return 3300
+	}
+	for s := 0; s < int(dur/time.Second); s++ {
+		a, b := t0.Add(time.Duration(s)*time.Second), t0.Add(time.Duration(s+1)*time.Second)
+		var per [3]int
+		for i, u := range udps {
+			per[i] = u.CountBetween(a, b)
+		}
+		t.Logf("e2e fleet mixed second %2d: admitted %4d + %4d + %4d = %4d (budget %.0f)", s, per[0], per[1], per[2], per[0]+per[1]+per[2], budgetAt(a))
+	}
+	worst, worstAt := 0.0, time.Duration(0)
+	for a := t0.Add(2 * time.Second); !a.Add(time.Second).After(t0.Add(dur)); a = a.Add(100 * time.Millisecond) {
+		b := a.Add(time.Second)
+		total := 0
+		for _, u := range udps {
+			total += u.CountBetween(a, b)
+		}
+		limit := 1.05 * max(budgetAt(a), budgetAt(b))
+		if float64(total)/limit > worst {
+			worst, worstAt = float64(total)/limit, a.Sub(t0)
+		}
+		if float64(total) > limit {
+			t.Errorf("window [%v, %v): admitted %d, more than budget + 5 %% (%.0f)", a.Sub(t0), b.Sub(t0), total, limit)
+		}
+	}
+	t.Logf("e2e fleet mixed: the fullest 1 s window (from %v) admitted %.3f of budget + 5 %%", worstAt, worst)
+}

@@ -122,16 +122,26 @@ func redisCost(w io.Writer, n, rules int) error {
 	}
 	const epochs = 10
 	var wall time.Duration
+	last := make([][]int64, n) // per host and rule, the epoch it reported in (as fleet.Host sends it)
 	for e := 0; e < epochs; e++ {
 		for h := range n {
 			for r := range reps {
 				reps[r].Demand = float64((h*7+r*13)%997) + 0.5
+				reps[r].Last = 0
+				if last[h] != nil {
+					reps[r].Last = last[h][r]
+				}
 			}
 			t0 := time.Now()
-			if _, err := st.Exchange(ctx, fmt.Sprintf("host-%04d", h), reps); err != nil {
+			ans, err := st.Exchange(ctx, fmt.Sprintf("host-%04d", h), reps)
+			if err != nil {
 				return err
 			}
 			wall += time.Since(t0)
+			last[h] = make([]int64, len(reps))
+			for r := range reps {
+				last[h][r] = ans.Rules[r].Seq
+			}
 		}
 		time.Sleep(fleet.DefaultInterval) // the next epoch
 	}

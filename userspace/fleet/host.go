@@ -35,14 +35,23 @@ type Rule struct {
 	SafeRate float64 // the fallback; 0: budget ÷ the last known number of hosts
 }
 
-// Config tunes a Host. Every host of a fleet must use the same Interval.
+// Config tunes a Host. Hosts of one fleet key may use different
+// intervals: the key's epoch is the shortest any of them asks for.
 type Config struct {
-	Interval  time.Duration // T, the epoch (default DefaultInterval)
-	Window    time.Duration // L, how long a lease outlives its epoch; increases wait as long (default 3T/4)
+	Interval  time.Duration // T, the epoch this host asks for (default DefaultInterval)
 	Guard     time.Duration // how long before a lease's end the host stops counting on it (the caller's write period and a margin)
 	Headroom  float64       // default DefaultHeadroom
 	Smoothing time.Duration // default DefaultSmoothing
 }
+
+// Window is L, how long a lease outlives its epoch of length T: 3T/4.
+// It is the protocol's, the same on every host: the store promises no
+// increase until every lease of an earlier epoch has ended.
+func Window(T time.Duration) time.Duration { return T * 3 / 4 }
+
+// longest is the longest a lease granted in an epoch of length T can run
+// from the request that got it: the rest of the epoch (T at most) and L.
+func longest(T time.Duration) time.Duration { return T + Window(T) }
 
 // Fallback states of a rule, as reported in Status.
 const (
@@ -55,28 +64,42 @@ const (
 
 // Report is what a host reports of one fleet rule.
 type Report struct {
-	Key    string
-	Budget float64
-	Demand float64
+	Key      string
+	Budget   float64
+	Demand   float64
+	Interval time.Duration // the epoch the host asks for
+	// Last is the key's epoch this host last reported in, on the server
+	// of its last answer; 0 unknown.
+	Last int64
 }
 
 // RuleAnswer is the store's answer for one reported rule.
 type RuleAnswer struct {
 	Alloc Alloc
-	// In tells whether this host reported in the previous epoch, i.e. is
-	// in Alloc; Demand is what it reported then.
+	// In tells whether this host reported in one of the two previous
+	// epochs, i.e. is in Alloc; Demand is what it reported last there.
 	In     bool
 	Demand float64
 	// Reporting is, when Alloc has no hosts (a cold key), how many hosts
 	// reported in the current epoch so far, this one included.
 	Reporting int
+	// The key's current epoch: its number (one more per epoch, whatever
+	// the clock does), its length, its end (store ms) and Hold, the
+	// latest end of a lease granted in an earlier epoch (store ms): no
+	// share of this epoch may rise above what was in force before then.
+	Seq        int64
+	IntervalMS int64
+	EndMS      int64
+	HoldMS     int64
 }
 
 // Answer is the store's answer to one exchange.
 type Answer struct {
 	NowMS int64 // the store's clock, in ms
-	Epoch int64 // the epoch of the store's clock (NowMS ÷ T, never going back)
-	Rules []RuleAnswer
+	// Server names the store's instance (Redis: its run_id and
+	// replication id): a restart or a failover changes it; "" unknown.
+	Server string
+	Rules  []RuleAnswer
 }
 
 // Status is one fleet rule's state.
@@ -88,14 +111,16 @@ type Status struct {
 	State    string        // StateLeased or a fallback state
 	LeaseAge time.Duration // since the lease in force was granted; 0 without one
 	Hosts    int           // hosts known in the allocation (this one included); 0 unknown
-	Epoch    int64
+	Epoch    int64         // the key's epoch of the lease in force (or of the last answer)
+	Interval time.Duration // the key's epoch length in the last answer; 0 before one
 }
 
 type ruleState struct {
 	Rule
 	demand float64
 	primed bool
-	leased bool // share, held, windowEnd, until valid
+	leased bool // share, held, window, until and tail are valid
+	server string
 	epoch  int64
 	share  float64
 	held   float64 // the share until window: never above what was enforced before
@@ -103,11 +128,21 @@ type ruleState struct {
 	// bounded by the safe share, not by the previous allocation.
 	heldSafe bool
 	granted  time.Time
-	window   time.Time // the end of the window (start of the epoch + L)
-	until    time.Time // the end of the lease (end of the epoch + L)
+	window   time.Time // no rise above held before it
+	until    time.Time // the end of the lease (early: from the request's departure)
+	// tail is the round trip of the exchange that granted the lease: its
+	// true end is no later than until + tail, and every other host's
+	// lease of the same epoch ends by then too. Past until, the host stays
+	// at min(share, safe share) for tail before taking the safe share.
+	tail     time.Duration
 	hosts    int
 	inAlloc  bool
 	seen     bool // the store answered for this rule
+	interval time.Duration
+	// reported is the key's epoch of the last answer, on server
+	// reportedOn: the host reported in it.
+	reported   int64
+	reportedOn string
 }
 
 // Host is one host's side of the fleet sharing. It is safe for concurrent
@@ -116,22 +151,37 @@ type ruleState struct {
 type Host struct {
 	mu     sync.Mutex
 	cfg    Config
-	phase  time.Duration
+	hash   uint32 // of the node name: the host's phase in an epoch
 	rules  map[string]*ruleState
 	order  []string
 	next   time.Time // when the next exchange is due
 	failed bool
 	calls  uint64
 	errs   uint64
+
+	// The store's clock, as seen from this host's monotonic clock: the
+	// interval [offLo, offHi] (ms) holds the store's now minus the local
+	// time at the last answer (at offAt). An answer outside it, widened
+	// by the drift and the resolution, is a step of the store's clock.
+	server       string
+	ref          time.Time
+	offLo, offHi float64
+	offAt        time.Time
+	// Until untrusted, the store's times are not taken at their word:
+	// after the first answer, a step, a new server or an epoch number
+	// going back, leases granted before may have been projected with
+	// another clock, so no share rises before every such lease has
+	// ended (longest(tmax) after the discontinuity was seen).
+	untrusted time.Time
+	tmax      time.Duration // the longest epoch of the last two minutes (and Interval)
+	tmaxAt    time.Time
+	steps     uint64
 }
 
 // NewHost returns the Host of node.
 func NewHost(node string, cfg Config) (*Host, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
-	}
-	if cfg.Window == 0 {
-		cfg.Window = cfg.Interval * 3 / 4
 	}
 	if cfg.Headroom == 0 {
 		cfg.Headroom = DefaultHeadroom
@@ -142,40 +192,58 @@ func NewHost(node string, cfg Config) (*Host, error) {
 	switch {
 	case cfg.Interval < 50*time.Millisecond || cfg.Interval > time.Minute:
 		return nil, fmt.Errorf("new fleet host: interval %v: %w (50ms to 1m)", cfg.Interval, ErrInvalid)
-	case cfg.Window < cfg.Interval/4 || cfg.Window > 4*cfg.Interval:
-		return nil, fmt.Errorf("new fleet host: window %v: %w (a quarter of the interval to four)", cfg.Window, ErrInvalid)
-	case cfg.Guard < 0 || cfg.Guard >= cfg.Window:
+	case cfg.Guard < 0 || cfg.Guard >= Window(cfg.Interval):
 		return nil, fmt.Errorf("new fleet host: guard %v: %w (below the window)", cfg.Guard, ErrInvalid)
 	case cfg.Headroom < 1 || cfg.Headroom > 4:
 		return nil, fmt.Errorf("new fleet host: headroom %v: %w (1 to 4)", cfg.Headroom, ErrInvalid)
 	case node == "":
 		return nil, fmt.Errorf("new fleet host: empty node name: %w", ErrInvalid)
 	}
-	// Hosts call at a phase of their own after the epoch starts, so that
-	// a fleet does not call at the same instant: up to a tenth of T.
 	h := fnv.New32a()
 	h.Write([]byte(node))
-	spread := max(cfg.Interval/10, time.Millisecond)
-	phase := 2*time.Millisecond + time.Duration(h.Sum32())%spread
-	return &Host{cfg: cfg, phase: phase, rules: map[string]*ruleState{}}, nil
+	return &Host{cfg: cfg, hash: h.Sum32(), rules: map[string]*ruleState{}, tmax: cfg.Interval}, nil
+}
+
+// phase is when, after an epoch of length T starts, this host calls: up
+// to a tenth of T, so that a fleet does not call at the same instant.
+func (h *Host) phase(T time.Duration) time.Duration {
+	spread := max(T/10, time.Millisecond)
+	return 2*time.Millisecond + time.Duration(h.hash)%spread
 }
 
 // Interval is the epoch T.
 func (h *Host) Interval() time.Duration { return h.cfg.Interval }
 
-// SetRules sets the fleet rules. A rule whose Rule is unchanged keeps its
-// lease and demand; a new or changed rule starts at the safe share.
+// SetRules sets the fleet rules. A rule of the same fleet key as before
+// (an edit: another budget, burst, safe_rate or name) keeps its lease,
+// demand and host count until the next exchange; its share is scaled by
+// the new budget ÷ the old when that is a cut, and kept as it is (never
+// above the lease) when it is a raise. A rule of a new key starts at the
+// safe share.
 func (h *Host) SetRules(rules []Rule) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	byKey := make(map[string]*ruleState, len(h.rules))
+	for _, st := range h.rules {
+		byKey[st.Key] = st
+	}
 	next := make(map[string]*ruleState, len(rules))
 	h.order = h.order[:0]
 	for _, r := range rules {
-		if st, ok := h.rules[r.Name]; ok && st.Rule == r {
-			next[r.Name] = st
-		} else {
-			next[r.Name] = &ruleState{Rule: r}
+		st := byKey[r.Key]
+		switch {
+		case st == nil:
+			st = &ruleState{Rule: r}
+		case st.Rule != r:
+			if st.Budget > 0 && r.Budget < st.Budget {
+				f := r.Budget / st.Budget
+				st.share *= f
+				st.held *= f
+			}
+			st.Rule = r
 		}
+		delete(byKey, r.Key)
+		next[r.Name] = st
 		h.order = append(h.order, r.Name)
 	}
 	h.rules = next
@@ -227,7 +295,11 @@ func (h *Host) Reports() []Report {
 	out := make([]Report, 0, len(h.order))
 	for _, name := range h.order {
 		r := h.rules[name]
-		out = append(out, Report{Key: r.Key, Budget: r.Budget, Demand: r.demand * h.cfg.Headroom})
+		rep := Report{Key: r.Key, Budget: r.Budget, Demand: r.demand * h.cfg.Headroom, Interval: h.cfg.Interval}
+		if r.reportedOn == h.server {
+			rep.Last = r.reported
+		}
+		out = append(out, rep)
 	}
 	return out
 }
@@ -235,53 +307,150 @@ func (h *Host) Reports() []Report {
 // Apply takes the store's answer to the reports sent at sent (the local
 // time before the request left) and received at recv (after the answer
 // came). The lease's end is derived from sent, so it is early, never late;
-// the end of the window, before which the share may not rise, from recv,
-// so it is late, never early.
+// the window, before which the share may not rise, from recv, so it is
+// late, never early. Neither is believed beyond what an epoch can last
+// from this host's own clock, and while the store's clock is not trusted
+// (see Host.untrusted) the window lasts as long as any lease can.
 func (h *Host) Apply(sent, recv time.Time, reps []Report, ans Answer) error {
 	if len(ans.Rules) != len(reps) {
 		return fmt.Errorf("apply fleet answer: %d answers for %d reports", len(ans.Rules), len(reps))
+	}
+	for _, ra := range ans.Rules {
+		if T := ms(ra.IntervalMS); T < time.Millisecond || T > time.Minute {
+			return fmt.Errorf("apply fleet answer: an epoch of %v", T)
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls++
 	h.failed = false
-	T, L := h.cfg.Interval, h.cfg.Window
-	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
-	// The start of the answer's epoch, relative to the store's now.
-	start := time.Duration(ans.Epoch)*T - ms(ans.NowMS)
-	h.next = sent.Add(start + T + h.phase)
+	h.watchClock(sent, recv, ans)
 	byKey := make(map[string]*ruleState, len(h.rules))
 	for _, r := range h.rules {
 		byKey[r.Key] = r
 	}
+	next := time.Time{}
 	for i, rep := range reps {
+		ra := ans.Rules[i]
+		T := ms(ra.IntervalMS)
+		h.noteInterval(T, recv)
+		// The store's end of the epoch, never more than an epoch ahead.
+		toEnd := min(max(ms(ra.EndMS-ans.NowMS), 0), T)
+		if at := sent.Add(toEnd + h.phase(T)); next.IsZero() || at.Before(next) {
+			next = at
+		}
 		r := byKey[rep.Key]
 		if r == nil {
 			continue // the rule went away during the exchange
 		}
-		ra := ans.Rules[i]
+		if r.leased && r.server == ans.Server && ra.Seq < r.epoch {
+			h.distrust(recv) // the key's epochs went back: not the store that granted the lease
+		}
 		before, _, beforeState := r.cap(sent, h.cfg.Guard)
 		r.seen = true
 		r.inAlloc = ra.In
+		r.reported, r.reportedOn = ra.Seq, ans.Server
+		r.interval = T
+		until := sent.Add(toEnd + Window(T))
 		if !ra.In {
 			// Not in this epoch's allocation: the safe share, knowing
-			// the hosts that are.
-			r.leased = false
-			r.hosts = max(ra.Alloc.Hosts+1, ra.Reporting)
+			// the hosts that are (or, for a key without an allocation,
+			// the most hosts known), once the lease in force has ended.
+			if ra.Alloc.Hosts > 0 {
+				r.hosts = max(r.hosts, ra.Alloc.Hosts+1)
+			} else {
+				r.hosts = max(r.hosts, ra.Reporting)
+			}
+			if !r.leased {
+				r.epoch = ra.Seq
+			}
 			continue
 		}
 		r.hosts = ra.Alloc.Hosts
 		share := ra.Alloc.Share(ra.Demand)
-		if r.leased && r.epoch == ans.Epoch {
-			continue // the same epoch again: the lease in force stands
+		if ra.Alloc.Budget > r.Budget && ra.Alloc.Budget > 0 {
+			share *= r.Budget / ra.Alloc.Budget // an allocation of a larger budget than this host's
 		}
-		r.leased, r.epoch, r.share, r.granted = true, ans.Epoch, share, sent
+		if r.leased && r.server == ans.Server && r.epoch == ra.Seq {
+			// The same epoch again: the lease in force stands, and lasts
+			// as long as the epoch does (a clock stepped back stretches it).
+			if until.After(r.until) {
+				r.until, r.tail = until, recv.Sub(sent)
+			}
+			continue
+		}
+		window := recv.Add(ms(ra.HoldMS - ans.NowMS))
+		if window.Before(h.untrusted) {
+			window = h.untrusted
+		}
+		if most := recv.Add(longest(h.tmax)); window.After(most) {
+			window = most
+		}
+		r.leased, r.server, r.epoch, r.share, r.granted = true, ans.Server, ra.Seq, share, sent
 		r.held = math.Min(share, before)
 		r.heldSafe = beforeState != StateLeased
-		r.window = recv.Add(start + L)
-		r.until = sent.Add(start + T + L)
+		r.window, r.until, r.tail = window, until, recv.Sub(sent)
 	}
+	if next.IsZero() {
+		next = sent.Add(h.cfg.Interval)
+	}
+	h.next = next
 	return nil
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// watchClock checks the answer's clock against the last one and this
+// host's monotonic clock (with h.mu held). The store read its clock
+// between sent and recv, at a whole ms: its now minus the local time lies
+// in [NowMS − recv, NowMS + 1 − sent]. A new server, the first answer, or
+// an interval that does not meet the last one (widened by 2 ms and 500
+// ppm of the time between them) makes the store untrusted for as long as
+// a lease can last.
+func (h *Host) watchClock(sent, recv time.Time, ans Answer) {
+	if h.ref.IsZero() {
+		h.ref = sent
+	}
+	local := func(t time.Time) float64 { return float64(t.Sub(h.ref)) / float64(time.Millisecond) }
+	lo, hi := float64(ans.NowMS)-local(recv), float64(ans.NowMS)+1-local(sent)
+	first := h.offAt.IsZero()
+	slack := 2 + 5e-4*local(recv) - 5e-4*local(h.offAt)
+	stepped := !first && (lo > h.offHi+slack || hi < h.offLo-slack)
+	newServer := !first && ans.Server != h.server
+	h.offLo, h.offHi, h.offAt, h.server = lo, hi, recv, ans.Server
+	if stepped || newServer {
+		h.steps++
+	}
+	if first || stepped || newServer {
+		h.distrust(recv)
+	}
+}
+
+// distrust makes the store's times untrusted from recv for as long as a
+// lease granted before can last (with h.mu held).
+func (h *Host) distrust(recv time.Time) {
+	if u := recv.Add(longest(h.tmax)); u.After(h.untrusted) {
+		h.untrusted = u
+	}
+}
+
+// noteInterval keeps tmax, the longest epoch of the last two minutes
+// and this host's own interval (with h.mu held).
+func (h *Host) noteInterval(T time.Duration, now time.Time) {
+	if now.Sub(h.tmaxAt) > 2*time.Minute {
+		h.tmax, h.tmaxAt = h.cfg.Interval, now
+	}
+	if T >= h.tmax {
+		h.tmax, h.tmaxAt = T, now
+	}
+}
+
+// ClockSteps counts the discontinuities of the store's clock this host
+// has seen: a step, a new server (a restart or a failover).
+func (h *Host) ClockSteps() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.steps
 }
 
 // Fail records a failed exchange at now; the next is due half an epoch
@@ -327,7 +496,7 @@ func (h *Host) Status(now time.Time) []Status {
 		if state != StateLeased && h.failed {
 			state = StateStoreLost
 		}
-		st := Status{Rule: r.Name, Key: r.Key, Share: rate, Demand: r.demand, State: state, Hosts: r.hosts, Epoch: r.epoch}
+		st := Status{Rule: r.Name, Key: r.Key, Share: rate, Demand: r.demand, State: state, Hosts: r.hosts, Epoch: r.epoch, Interval: r.interval}
 		if state == StateLeased {
 			st.LeaseAge = now.Sub(r.granted)
 		}
@@ -367,24 +536,35 @@ func (r *ruleState) safe() float64 {
 func (r *ruleState) cap(now time.Time, guard time.Duration) (float64, time.Time, string) {
 	s := r.safe()
 	if !r.leased || !now.Before(r.until) {
+		state := StateExpired
 		switch {
 		case !r.seen:
-			return s, time.Time{}, StateNotContacted
+			state = StateNotContacted
 		case !r.inAlloc:
-			return s, time.Time{}, StateNew
+			state = StateNew
 		}
-		return s, time.Time{}, StateExpired
+		if r.leased && now.Before(r.until.Add(r.tail)) {
+			// The lease may still run on other hosts: not above it.
+			return math.Min(r.leaseRate(now), s), time.Time{}, state
+		}
+		return s, time.Time{}, state
 	}
-	rate := r.share
-	if now.Before(r.window) {
-		rate = r.held
-	}
+	rate := r.leaseRate(now)
 	if !now.Add(guard).Before(r.until) {
 		// The lease ends before the next write may come: what is written
 		// now must be safe without it.
 		return math.Min(rate, s), time.Time{}, StateLeased
 	}
 	return rate, r.until, StateLeased
+}
+
+// leaseRate is the lease's rate at now: held before its window, the share
+// after.
+func (r *ruleState) leaseRate(now time.Time) float64 {
+	if now.Before(r.window) {
+		return r.held
+	}
+	return r.share
 }
 
 // Up tells whether the last exchange was answered.
