@@ -41,7 +41,7 @@ packages=$kernel,initramfs-tools,systemd,systemd-sysv,dbus,udev,kmod,iproute2,pr
 sources=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
 [[ -n $sources ]] || sources=$(grep -h '^deb ' /etc/apt/sources.list 2>/dev/null || true)
 [[ -n $sources ]] || die "no apt sources on this host for mmdebstrap"
-key=$(printf '%s\n%s\n%s\n' "$packages" "$sources" "$(sha256sum "$0" | cut -c1-16)" | sha256sum | cut -c1-12)
+key=$(printf '%s\n%s\n%s\n%s\n' "$packages" "$sources" "$(sha256sum "$0" | cut -c1-16)" "$(cd "$here/guest" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum)" | sha256sum | cut -c1-12)
 mkdir -p "$out"
 exec 8>"$out/.lock"
 flock 8

@@ -8,6 +8,7 @@ cmd=$1
 shift
 
 xdp_rx() { # every receive queue's XDP packet count: "rxN=COUNT ..."
+	printf 't=%s ' "$(date +%s%3N)"
 	ethtool -S eth0 | awk '$1 ~ /^rx[0-9]+_xdp_packets:$/ {sub(/_xdp_packets:/, "", $1); printf "%s=%s ", $1, $2} END {print ""}'
 }
 

@@ -21,6 +21,10 @@ rh_box=$rh_repo/build/box
 RH_NS=${RH_NS:-xlrh$$}
 RH_HOST_IP=10.77.0.1
 RH_GUEST_IP=10.77.0.2
+# The management NIC (ssh): a second virtio-net device on a tap of its own,
+# so that a flood filling eth0's tap queue does not cut the control channel.
+RH_MGMT_HOST_IP=10.78.0.1
+RH_MGMT_IP=10.78.0.2
 RH_WORK=${RH_WORK:-$(mktemp -d /tmp/xlrh.XXXXXX)}
 rh_qpid=
 
@@ -38,14 +42,14 @@ rh_ssh() {
 	ip netns exec "$RH_NS" ssh -q -i "$rh_box/id_ed25519" -o StrictHostKeyChecking=no \
 		-o UserKnownHostsFile=/dev/null -o ConnectTimeout=20 -o ServerAliveInterval=10 \
 		-o ServerAliveCountMax=12 -o BatchMode=yes -o ControlMaster=auto \
-		-o ControlPath="$RH_WORK/ssh.sock" -o ControlPersist=yes root@"$RH_GUEST_IP" "$@"
+		-o ControlPath="$RH_WORK/ssh.sock" -o ControlPersist=yes root@"$RH_MGMT_IP" "$@"
 }
 
 # rh_scp SRC... DST: copy files into the guest (DST is a guest path).
 rh_scp() {
 	local dst=${*: -1}
 	ip netns exec "$RH_NS" scp -q -i "$rh_box/id_ed25519" -o StrictHostKeyChecking=no \
-		-o UserKnownHostsFile=/dev/null -o BatchMode=yes "${@:1:$#-1}" root@"$RH_GUEST_IP":"$dst"
+		-o UserKnownHostsFile=/dev/null -o BatchMode=yes "${@:1:$#-1}" root@"$RH_MGMT_IP":"$dst"
 }
 
 # rh_up: the namespace, the guest booted on an overlay of the box's disk,
@@ -69,10 +73,12 @@ rh_up() {
 	setsid ip netns exec "$RH_NS" qemu-system-x86_64 -machine q35 -accel "$accel" -cpu "$cpu" \
 		-smp "$RH_SMP" -m "$RH_MEM" -nographic -monitor none -serial "file:$RH_WORK/console.log" \
 		-no-reboot -kernel "$rh_box/vmlinuz" -initrd "$rh_box/initrd.img" \
-		-append "root=/dev/vda rw console=ttyS0 net.ifnames=0 xlnet=$RH_GUEST_IP/24,$RH_COMBINED panic=-1 quiet" \
+		-append "root=/dev/vda rw console=ttyS0 net.ifnames=0 xlnet=$RH_GUEST_IP/24,$RH_COMBINED xlmgmt=$RH_MGMT_IP/24 panic=-1 quiet" \
 		-drive "file=$RH_WORK/disk.qcow2,if=virtio,format=qcow2,cache=unsafe" ${RH_EXTRA_DRIVES:-} \
 		-netdev "tap,id=n0,ifname=xltap0,script=no,downscript=no,queues=$RH_QUEUES,vhost=off" \
 		-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:02,mq=on,vectors=$vectors,rss=on,hash=on,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off" \
+		-netdev "tap,id=n1,ifname=xlmgmt0,script=no,downscript=no,vhost=off" \
+		-device "virtio-net-pci,netdev=n1,mac=52:54:00:78:00:02" \
 		</dev/null >"$RH_WORK/qemu.out" 2>&1 &
 	rh_qpid=$!
 	echo "$rh_qpid" >"$RH_WORK/qemu.pid"
@@ -80,6 +86,9 @@ rh_up() {
 	rh_ns ip link show xltap0 >/dev/null 2>&1 || rh_die "qemu made no tap: $(cat "$RH_WORK/qemu.out")"
 	rh_ns ip addr add "$RH_HOST_IP/24" dev xltap0
 	rh_ns ip link set xltap0 up
+	for _ in $(seq 50); do rh_ns ip link show xlmgmt0 >/dev/null 2>&1 && break; sleep 0.2; done
+	rh_ns ip addr add "$RH_MGMT_HOST_IP/24" dev xlmgmt0
+	rh_ns ip link set xlmgmt0 up
 	local deadline=$(($(date +%s) + ${RH_BOOT_TIMEOUT:-600}))
 	until rh_ssh true 2>/dev/null; do
 		kill -0 "$rh_qpid" 2>/dev/null || rh_die "qemu exited: $(tail -c 2000 "$RH_WORK/console.log")"

@@ -22,7 +22,8 @@
 # Writes the raw output of every run to bench/results/realhost/<date>/ and
 # the tables to bench/results/<date>-real-host.md. Not part of make test or
 # CI: about 25-35 minutes under TCG on 2 shared CPUs (the report says).
-set -euo pipefail
+set -Eeuo pipefail
+trap 'printf "realhost: failed (exit %s) at %s:%s: %s\n" "$?" "${BASH_SOURCE[0]}" "$LINENO" "$BASH_COMMAND" >&2' ERR
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 [[ $(id -u) == 0 ]] || rh_die "needs root (netns, tap, qemu)"
@@ -35,7 +36,9 @@ date=${RH_DATE:-$(date +%F)}
 commit=$(git -C "$rh_repo" rev-parse --short HEAD)
 dirty=$(git -C "$rh_repo" diff --quiet HEAD -- . ':!bench/results' 2>/dev/null || echo "+dirty")
 raw=$rh_repo/bench/results/realhost/$date
-report=${RH_REPORT:-$rh_repo/bench/results/$date-real-host.md}
+# Each run's tables: $raw/report-sLIST.md; tests/realhost/report.sh puts
+# the runs of a day together into bench/results/<date>-real-host.md.
+report=${RH_REPORT:-$raw/report-s$(tr -d ' ' <<<"$scenarios").md}
 mkdir -p "$raw"
 payload=$RH_WORK/payload
 mkdir -p "$payload"
@@ -83,7 +86,7 @@ g() { rh_ssh sh /xl/guest.sh "$@"; }
 # tap, one packet every GAP (e.g. 25us), in its own process group.
 flood_start() {
 	flood_stop
-	setsid ip netns exec "$RH_NS" trafgen -q -o xltap0 -i "$1" -t "$2" -n 0 --cpus 1 \
+	setsid ip netns exec "$RH_NS" trafgen -q -o xltap0 -i "$1" ${2:+-t "$2"} -n 0 --cpus 1 \
 		>"$RH_WORK/trafgen.out" 2>&1 </dev/null &
 	rh_flood_pid=$!
 	sleep 1
@@ -104,6 +107,7 @@ flood_stop() {
 tap_tx() { rh_ns cat /sys/class/net/xltap0/statistics/tx_packets; }
 check_quiet() { # no flood left: the tap sends < 50 packets/s
 	local a b
+	sleep 1
 	a=$(tap_tx)
 	sleep 1
 	b=$(tap_tx)
