@@ -86,7 +86,12 @@ g() { rh_ssh sh /xl/guest.sh "$@"; }
 # tap, one packet every GAP (e.g. 25us), in its own process group.
 flood_start() {
 	flood_stop
-	setsid ip netns exec "$RH_NS" trafgen -q -o xltap0 -i "$1" ${2:+-t "$2"} -n 0 --cpus 1 \
+	local pace=()
+	case ${2:-} in
+	*pps) pace=(-b "$2") ;;
+	?*) pace=(-t "$2") ;;
+	esac
+	setsid ip netns exec "$RH_NS" trafgen -q -o xltap0 -i "$1" "${pace[@]}" -n 0 --cpus 1 \
 		>"$RH_WORK/trafgen.out" 2>&1 </dev/null &
 	rh_flood_pid=$!
 	sleep 1
