@@ -148,9 +148,21 @@ fuzz: ## Run every fuzz target for FUZZTIME each (FuzzXDP needs root: kernel vs 
 	$(GO) test -run '^$$' -fuzz '^FuzzPutRules$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./userspace/api/
 	$(GO) test -run '^$$' -fuzz '^FuzzXDP$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./maps/
 
+# The local guest image and Vagrant box (no box can be downloaded):
+# build/box/, cached by package list (docs/realhost.md).
+.PHONY: box
+box: ## Build the Debian 12 guest image and libvirt box in build/box/ (root, mmdebstrap; ~2-3 min, cached).
+	vagrant/build-box.sh
+
 .PHONY: vm-test
-vm-test: ## Run the whole suite inside a Vagrant VM (needs vagrant + libvirt or VirtualBox).
-	cd vagrant && vagrant up --provision && vagrant ssh -c 'cd /xlimit && sudo env PATH=/usr/local/go/bin:$$PATH make test'
+vm-test: box ## Boot the box with Vagrant (vagrant-libvirt, TCG here) and run the kernel-facing tests in it (root; docs/realhost.md).
+	vagrant/vm-test.sh
+
+# SCENARIOS: a subset of 0-5 (tests/realhost/run.sh). Not in make test or CI.
+SCENARIOS ?=
+.PHONY: real-host
+real-host: box ## Issue 27's scenarios on virtio-net in a qemu guest (root, ~30-40 min under TCG): bench/results/DATE-real-host.md.
+	tests/realhost/run.sh $(SCENARIOS)
 
 # Packaging (packaging/README.md): the version of the .deb and the image
 # is packaging/VERSION, with ~gitDATE.HASH when HEAD is not its release tag.
