@@ -134,7 +134,14 @@ type ruleState struct {
 	// true end is no later than until + tail, and every other host's
 	// lease of the same epoch ends by then too. Past until, the host stays
 	// at min(share, safe share) for tail before taking the safe share.
-	tail     time.Duration
+	tail time.Duration
+	// counted is how long after tail the allocations of the epochs after
+	// the lease's may still count this host at the demand it reported
+	// for it (two epochs, each at most 2·tmax long: a clock stepped back
+	// stretches one): until then the others' leases leave it no more
+	// than its share, and a host that got no answer since stays at
+	// min(share, safe share), not the safe share.
+	counted  time.Duration
 	hosts    int
 	inAlloc  bool
 	seen     bool // the store answered for this rule
@@ -390,6 +397,7 @@ func (h *Host) Apply(sent, recv time.Time, reps []Report, ans Answer) error {
 		r.held = math.Min(share, before)
 		r.heldSafe = beforeState != StateLeased
 		r.window, r.until, r.tail = window, until, recv.Sub(sent)
+		r.counted = 4 * h.tmax
 	}
 	if next.IsZero() {
 		next = sent.Add(h.cfg.Interval)
@@ -543,8 +551,10 @@ func (r *ruleState) cap(now time.Time, guard time.Duration) (float64, time.Time,
 		case !r.inAlloc:
 			state = StateNew
 		}
-		if r.leased && now.Before(r.until.Add(r.tail)) {
-			// The lease may still run on other hosts: not above it.
+		if r.leased && now.Before(r.until.Add(r.tail+r.counted)) {
+			// The lease may still run on other hosts, and the leases of
+			// the next two epochs count this host at its share: not
+			// above it.
 			return math.Min(r.leaseRate(now), s), time.Time{}, state
 		}
 		return s, time.Time{}, state

@@ -18,6 +18,7 @@ type fleetLab struct {
 	hosts   map[string]*Host
 	down    map[string]bool // the host is gone: no exchanges, no writes
 	lost    bool            // the store does not answer
+	cut     map[string]bool // the store does not answer this host (the others reach it)
 	offered map[string]float64
 	skew    time.Duration // the store's clock minus the hosts'
 	// every, when set, runs after every millisecond's exchanges.
@@ -27,7 +28,7 @@ type fleetLab struct {
 const labTick = 50 * time.Millisecond
 
 func newFleetLab(t *testing.T, rule Rule, names ...string) *fleetLab {
-	l := &fleetLab{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 7e6, time.UTC), hosts: map[string]*Host{}, down: map[string]bool{}, offered: map[string]float64{}}
+	l := &fleetLab{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 7e6, time.UTC), hosts: map[string]*Host{}, down: map[string]bool{}, cut: map[string]bool{}, offered: map[string]float64{}}
 	l.store = NewMemStore(func() time.Time { return l.now.Add(l.skew) }, DefaultInterval)
 	for _, n := range names {
 		l.add(n, rule)
@@ -62,7 +63,7 @@ func (l *fleetLab) run(d time.Duration) {
 			if l.down[name] || !h.Due(l.now) {
 				continue
 			}
-			if l.lost {
+			if l.lost || l.cut[name] {
 				h.Fail(l.now)
 				continue
 			}
@@ -443,4 +444,59 @@ func TestHostStoreRestart(t *testing.T) {
 		}
 	}
 	t.Logf("largest sum of the caps: %.1f", *peak)
+}
+
+// Issue 26: a host cut off from the store while the others reach it (a
+// partition, or its connection lagging behind a failover). The
+// allocations of the two epochs after its last report still count it at
+// the demand it reported there, so the others' leases of those epochs
+// leave it only its share; until they have ended it must not take more
+// (its safe share), or the caps sum above the budget. Afterwards it takes
+// its safe share and the others split the budget without it: the bound
+// of docs/fleet.md with it in F, B + its safe share.
+func TestHostCutOffKeepsItsShare(t *testing.T) {
+	for _, T := range []time.Duration{DefaultInterval, time.Second} {
+		t.Run(T.String(), func(t *testing.T) {
+			l := newFleetLab(t, webRule, "a", "b")
+			l.store = NewMemStore(func() time.Time { return l.now.Add(l.skew) }, T)
+			for _, n := range []string{"a", "b"} {
+				l.hosts[n], _ = NewHost(n, Config{Interval: T, Guard: labTick + labTick/2})
+				l.hosts[n].SetRules([]Rule{webRule})
+			}
+			l.addWith("c", webRule, Config{Interval: T})
+			l.offered["a"], l.offered["b"] = 10000, 10000
+			l.run(4 * T)
+			if took := l.shares(3*T, map[string]float64{"a": 1495, "b": 1495, "c": 10}); took < 0 {
+				t.Fatalf("no max-min shares before the cut: %s", l.states())
+			}
+			l.cut["c"] = true
+			cutAt := l.now
+			var overAt, safeAt time.Time
+			l.every = func() {
+				sum := l.sum()
+				if sum > webRule.Budget*(1+1e-9) && overAt.IsZero() {
+					overAt = l.now
+					t.Logf("%v after the cut: the caps sum to %.1f (%s)", l.now.Sub(cutAt), sum, l.states())
+				}
+				if near(l.cap("c"), 1000, 1e-6) && safeAt.IsZero() {
+					safeAt = l.now
+				}
+				if sum > webRule.Budget+1000+1e-6 {
+					t.Fatalf("%v after the cut: the caps sum to %.1f, above B + c's safe share (%s)", l.now.Sub(cutAt), sum, l.states())
+				}
+			}
+			l.run(12 * T)
+			if safeAt.IsZero() {
+				t.Fatalf("c never took its safe share: %s", l.states())
+			}
+			t.Logf("c at its safe share %v after the cut; the sum first above the budget %v after it", safeAt.Sub(cutAt), overAt.Sub(cutAt))
+			// c reported last in the epoch of the cut or the one before;
+			// the leases of the allocations counting that report (the two
+			// epochs after it) run to 2T + L after the cut at least, and
+			// until then the sum may not pass the budget.
+			if !overAt.IsZero() && overAt.Sub(cutAt) < 2*T+Window(T) {
+				t.Errorf("the caps summed above the budget %v after the cut, before 2T + L", overAt.Sub(cutAt))
+			}
+		})
+	}
 }

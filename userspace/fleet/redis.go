@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -222,7 +223,8 @@ return out
 // RedisStore is the Store in Redis.
 type RedisStore struct {
 	opts   Options
-	client *redis.Client
+	ro     redis.Options
+	client atomic.Pointer[redis.Client]
 	// server is the identity of the server the one connection is open
 	// to (run_id and master_replid from INFO, read when it connects).
 	server atomic.Value
@@ -231,10 +233,17 @@ type RedisStore struct {
 // OpenRedis returns the store of o; it does not connect yet. It keeps one
 // connection (the exchanges are sequential), and names the server behind
 // it on every new connection: a restart or a failover is a new server.
+//
+// A failed exchange that is not the server's own error reply drops the
+// client, so the next exchange (T/2 later) dials afresh: go-redis, with a
+// pool of one, answers every dial after a failed one with the old error
+// until its background probe, once a second, gets through, which would
+// keep a host off a promoted replica for a second or more while the
+// other hosts lease the budget without it (TestRedisReconnectsAtOnce).
 func OpenRedis(o Options) *RedisStore {
 	s := &RedisStore{opts: o}
 	ro := *o.Redis
-	ro.PoolSize, ro.MinIdleConns = 1, 0
+	ro.PoolSize, ro.MinIdleConns, ro.DialerRetries = 1, 0, 1
 	prev := ro.OnConnect
 	ro.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if prev != nil {
@@ -249,8 +258,16 @@ func OpenRedis(o Options) *RedisStore {
 		s.server.Store(serverID(info))
 		return nil
 	}
-	s.client = redis.NewClient(&ro)
+	s.ro = ro
+	s.client.Store(redis.NewClient(&s.ro))
 	return s
+}
+
+// redial replaces the client after a failed exchange (see OpenRedis).
+func (s *RedisStore) redial(old *redis.Client) {
+	if s.client.CompareAndSwap(old, redis.NewClient(&s.ro)) {
+		old.Close()
+	}
 }
 
 // serverID is run_id/master_replid from an INFO answer.
@@ -268,7 +285,7 @@ func serverID(info string) string {
 }
 
 // Close closes the connections.
-func (s *RedisStore) Close() error { return s.client.Close() }
+func (s *RedisStore) Close() error { return s.client.Load().Close() }
 
 // Exchange implements Store: one EVALSHA (EVAL the first time).
 func (s *RedisStore) Exchange(ctx context.Context, node string, reports []Report) (Answer, error) {
@@ -281,8 +298,12 @@ func (s *RedisStore) Exchange(ctx context.Context, node string, reports []Report
 	for _, r := range reports {
 		args = append(args, r.Key, strconv.FormatFloat(r.Budget, 'g', -1, 64), strconv.FormatFloat(r.Demand, 'g', -1, 64), r.Last)
 	}
-	vals, err := exchangeScript.Run(ctx, s.client, nil, args...).StringSlice()
+	c := s.client.Load()
+	vals, err := exchangeScript.Run(ctx, c, nil, args...).StringSlice()
 	if err != nil {
+		if _, reply := errors.AsType[redis.Error](err); !reply {
+			s.redial(c)
+		}
 		return Answer{}, fmt.Errorf("exchange with the fleet store: %w", err)
 	}
 	ans, err := parseAnswer(vals, len(reports))

@@ -558,3 +558,43 @@ func TestRedisFaultsBound(t *testing.T) {
 		f.report("clock steps", T*7/4)
 	})
 }
+
+// A failed dial must not lock the store out of a server that is back: the
+// exchange after the server returns succeeds (a failover or a restart
+// heals within one retry, T/2), whatever the client library's dial
+// breaker would do with a pool of one connection.
+func TestRedisReconnectsAtOnce(t *testing.T) {
+	s := newServer(t, false)
+	o, err := ParseURL(fmt.Sprintf("redis://%s/0?interval=200ms&prefix=t", s.addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := OpenRedis(o)
+	defer st.Close()
+	reps := []Report{{Key: "web", Budget: 3000, Demand: 100, Interval: 200 * time.Millisecond}}
+	exchange := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := st.Exchange(ctx, "h0", reps)
+		return err
+	}
+	if err := exchange(); err != nil {
+		t.Fatalf("first exchange: %v", err)
+	}
+	for round := range 3 {
+		s.stop()
+		start := time.Now()
+		if err := exchange(); err == nil {
+			t.Fatalf("round %d: an exchange with the server stopped succeeded", round)
+		}
+		failed := time.Since(start)
+		s.start()
+		back := time.Now()
+		if err := exchange(); err != nil {
+			t.Errorf("round %d: the first exchange after the server came back failed (%v after it was up; the failed one took %v): %v",
+				round, time.Since(back).Round(time.Millisecond), failed.Round(time.Millisecond), err)
+		} else {
+			t.Logf("round %d: the failed exchange took %v; the first after the server came back succeeded", round, failed.Round(time.Millisecond))
+		}
+	}
+}
