@@ -37,6 +37,13 @@ deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
 
+# What make box, vm-test and real-host need on top (not in CI: they do not run there).
+DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system wrk curl ethtool
+
+.PHONY: deps-vm
+deps-vm: deps ## Install what make box, vm-test and real-host need as well (root).
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_VM_PACKAGES)
+
 .PHONY: generate
 generate: ## Compile bpf/ into maps/ and bench/gen/xlgen.c into bench/gen/ with the pinned clang (bpf2go).
 	$(GO) generate ./

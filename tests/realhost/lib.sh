@@ -8,13 +8,15 @@
 #   RH_SMP     guest CPUs (default 2), RH_MEM (default 1536M)
 #   RH_QUEUES  virtio-net queue pairs on the device (default 4: 2 for the
 #              guest's 2 CPUs, 2 more for XDP_TX, which wants one per CPU)
-#   RH_COMBINED queue pairs the guest uses (ethtool -L, default 2)
+#   RH_COMBINED queue pairs the guest uses (ethtool -L, default 4: every
+#               queue the tap feeds; with 2 of 4 in use, TCP flows the tap
+#               hashes to an unused queue are lost without XDP)
 set -euo pipefail
 RH_ACCEL=${RH_ACCEL:-tcg}
 RH_SMP=${RH_SMP:-2}
 RH_MEM=${RH_MEM:-1536M}
 RH_QUEUES=${RH_QUEUES:-4}
-RH_COMBINED=${RH_COMBINED:-2}
+RH_COMBINED=${RH_COMBINED:-4}
 rh_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rh_repo=$(cd "$rh_here/../.." && pwd)
 rh_box=$rh_repo/build/box
