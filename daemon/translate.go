@@ -220,3 +220,10 @@ func notEnforced(cfg *config.Config) []string {
 	}
 	return out
 }
+
+// fleetRule is what the fleet sharing needs of a rule with a fleet
+// section.
+func fleetRule(r *config.Rule) fleet.Rule {
+	f := r.Fleet
+	return fleet.Rule{Name: r.Name, Key: f.Key, Budget: f.Rate, Burst: f.Burst, SafeRate: f.SafeRate}
+}
