@@ -1,0 +1,148 @@
+//go:build linux
+
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// hostAddrsCapacity is what xl_host_addrs holds (bpf/types.h
+// XL_HOST_ADDRS_MAX), the MAC of the attached interface included.
+const hostAddrsCapacity = 65536
+
+// addServerAddrs gives the server's namespace n more IPv4 /32 addresses
+// (10.64.0.0 upwards, outside the lab's 198.18/15): the first onVeth on
+// the server's veth, the rest spread over pairs of veths made inside the
+// namespace, 2000 an interface (the kernel's address lists are linear: one
+// interface with 70 000 takes minutes to fill, 35 with 2000 seconds). The
+// namespace, and with it every interface and address, goes with the lab.
+func (e *env) addServerAddrs(n, onVeth int) {
+	e.t.Helper()
+	const perIf = 2000
+	var b strings.Builder
+	ip := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, i>>8&0xff, i&0xff) }
+	i := 0
+	for ; i < onVeth && i < n; i++ {
+		fmt.Fprintf(&b, "addr add %s/32 dev %s\n", ip(i), e.lab.ServerIf)
+	}
+	for pair := 0; i < n; pair++ {
+		a, z := fmt.Sprintf("xlha%d", pair), fmt.Sprintf("xlhz%d", pair)
+		fmt.Fprintf(&b, "link add %s type veth peer name %s\nlink set %s up\nlink set %s up\n", a, z, a, z)
+		for _, dev := range []string{a, z} {
+			for j := 0; j < perIf && i < n; j, i = j+1, i+1 {
+				fmt.Fprintf(&b, "addr add %s/32 dev %s\n", ip(i), dev)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := e.lab.Server.Command(ctx, "ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("add %d addresses: %v: %s", n, err, out)
+	}
+	e.t.Logf("added %d addresses to the server's namespace in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// serverHostAddrs counts the distinct addresses loader.HostAddrs reads in
+// the server's namespace (loopback, multicast and unspecified left out),
+// plus the attached interface's MAC: what xl_host_addrs would hold with
+// room for all.
+func (e *env) serverHostAddrs() int {
+	e.t.Helper()
+	seen := map[dataplane.HostKey]bool{}
+	err := e.lab.Server.Do(func() error {
+		addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			ip, ok := netip.AddrFromSlice(a.IP)
+			if !ok || ip.Unmap().IsLoopback() || ip.IsMulticast() || ip.IsUnspecified() {
+				continue
+			}
+			seen[dataplane.IPKey(ip)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(seen) + 1
+}
+
+// TestManyHostAddresses: a host with more addresses than xlimit used to
+// list (4096: a Kubernetes node, a load balancer with many VIPs) and one
+// with more than xl_host_addrs holds (65536). The daemon starts, keeps
+// running and enforces: a UDP flood at a 1000/s port gets 0.98-1.02 of
+// the rate through. In the overflow case it lists what fits and says how
+// many it left out (xlimit_host_addrs_unlisted).
+func TestManyHostAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		n, onVeth   int
+		wantOverrun bool
+	}{
+		{"10000-on-the-interface", 10000, 10000, false},
+		{"70000-beyond-the-map", 70000, 10000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			udp, _ := e.services(false)
+			e.addServerAddrs(tc.n, tc.onVeth)
+			total := e.serverHostAddrs()
+			const metricsAddr = "127.0.0.1:19626"
+			d := e.startDaemon(e.writeRules("rules.yaml", limitRules()), "--metrics-addr", metricsAddr)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			const offered, dur = 50000.0, 6 * time.Second
+			wait := e.flood(ctx, false, offered, dur)
+			sent := wait()
+			udp.Settle(200*time.Millisecond, 2*time.Second)
+			got := admittedRate(udp.Count(), limitPPS, sent.Elapsed)
+			_, drop, _, _ := e.status().rule("udp-flood")
+
+			metrics := scrapeMetricsAt(t, e.lab.Server, metricsAddr)
+			unlisted := -1
+			if m := regexp.MustCompile(`(?m)^xlimit_host_addrs_unlisted\{iface="` + e.lab.ServerIf + `"\} (\d+)$`).FindStringSubmatch(metrics); m != nil {
+				unlisted, _ = strconv.Atoi(m[1])
+			}
+			wantUnlisted := max(0, total-hostAddrsCapacity)
+			t.Logf("e2e %s: %d host addresses (MAC included), capacity %d; offered %.0f pkt/s (sent %d in %v); the socket received %d = burst %d + %.1f pkt/s (limit %d, ratio %.3f); kernel drop %d; xlimit_host_addrs_unlisted %d (want %d)",
+				tc.name, total, hostAddrsCapacity, sent.PPS(), sent.Sent, sent.Elapsed.Round(time.Millisecond), udp.Count(), limitPPS, got, limitPPS, got/limitPPS, drop, unlisted, wantUnlisted)
+			select {
+			case <-d.exited:
+				t.Fatalf("the daemon exited (%v)", d.exitErr)
+			default:
+			}
+			if sent.PPS() < 5*limitPPS {
+				t.Fatalf("the flood reached only %.0f pkt/s: not a flood", sent.PPS())
+			}
+			if r := got / limitPPS; r < 0.98 || r > 1.02 {
+				t.Errorf("admitted %.1f pkt/s beyond the burst: %.3f of the %d/s limit, want 0.98-1.02", got, r, limitPPS)
+			}
+			if (total > hostAddrsCapacity) != tc.wantOverrun {
+				t.Fatalf("the namespace has %d host addresses: overrun %v, want %v", total, total > hostAddrsCapacity, tc.wantOverrun)
+			}
+			if unlisted != wantUnlisted {
+				t.Errorf("xlimit_host_addrs_unlisted = %d, want %d (%d addresses, %d fit)", unlisted, wantUnlisted, total, hostAddrsCapacity)
+			}
+			if tc.wantOverrun && strings.Count(d.Log(), "host addresses unlisted") != 1 {
+				t.Errorf("want one warning of the unlisted host addresses in the log, got %d", strings.Count(d.Log(), "host addresses unlisted"))
+			}
+		})
+	}
+}
