@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xlimit/xlimit/maps"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -143,6 +145,34 @@ func TestManyHostAddresses(t *testing.T) {
 			}
 			if unlisted != wantUnlisted {
 				t.Errorf("xlimit_host_addrs_unlisted = %d, want %d (%d addresses, %d entries)", unlisted, wantUnlisted, total, hostAddrsCapacity)
+			}
+			// What the kernel holds: the attached interface's MAC and all of
+			// its addresses (the 10 000 added and the lab's), and the mark
+			// exactly when not all fit.
+			tab, err := maps.OpenPinned(filepath.Join(e.bpffs, "xlimit", e.lab.ServerIf), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tab.Close()
+			host, err := tab.HostAddrs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			missing := 0
+			for _, k := range []dataplane.HostKey{dataplane.MACKey(e.lab.ServerMAC), dataplane.IPKey(e.lab.ServerIP4), dataplane.IPKey(e.lab.ServerIP6)} {
+				if !host.Has(k) {
+					missing++
+				}
+			}
+			for i := range tc.onVeth {
+				if !host.Has(dataplane.IPKey(netip.AddrFrom4([4]byte{10, byte(64 + i>>16), byte(i >> 8), byte(i)}))) {
+					missing++
+				}
+			}
+			wantLen := min(total, hostAddrsCapacity)
+			t.Logf("xl_host_addrs: %d entries (want %d), incomplete mark %v; of the attached interface's MAC and addresses %d missing", len(host), wantLen, host.Incomplete(), missing)
+			if missing > 0 || len(host) != wantLen || host.Incomplete() != tc.wantOverrun {
+				t.Errorf("xl_host_addrs holds %d entries (want %d), incomplete %v (want %v), %d of the attached interface's addresses missing (want 0)", len(host), wantLen, host.Incomplete(), tc.wantOverrun, missing)
 			}
 			if tc.wantOverrun && strings.Count(d.Log(), "host addresses unlisted") != 1 {
 				t.Errorf("want one warning of the unlisted host addresses in the log, got %d", strings.Count(d.Log(), "host addresses unlisted"))
