@@ -102,8 +102,9 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 // sizes: the per-source table of sourceTableSize entries and the prefix
 // tries with prefixes4 and prefixes6 distinct prefixes in each of the two
 // generations (as during a reload). The other maps have fixed sizes (about
-// 2.1 MiB, the 32 KiB source prefilter included, plus the per-CPU
-// counters); `xlimit status` reports them all.
+// 2.7 MiB, the 32 KiB source prefilter and the 1 MiB of the host-address
+// map's buckets included, plus the per-CPU counters and 88 bytes per host
+// address); `xlimit status` reports them all.
 func ConfigMapBytes(sourceTableSize, prefixes4, prefixes6 int) uint64 {
 	return MapBytes(MapLRUHash, SourceKeySize, SourceValueSize, uint32(sourceTableSize), sourceTableSize, 0) +
 		MapBytes(MapLPMTrie, LPM4KeySize, PrefixValueSize, PrefixTrieEntries, Generations*prefixes4, 0) +
