@@ -116,7 +116,8 @@ func TestManyHostAddresses(t *testing.T) {
 			sent := wait()
 			udp.Settle(200*time.Millisecond, 2*time.Second)
 			got := admittedRate(udp.Count(), limitPPS, sent.Elapsed)
-			_, drop, _, _ := e.status().rule("udp-flood")
+			st := e.status()
+			_, drop, _, _ := st.rule("udp-flood")
 
 			metrics := scrapeMetricsAt(t, e.lab.Server, metricsAddr)
 			unlisted := -1
@@ -173,6 +174,13 @@ func TestManyHostAddresses(t *testing.T) {
 			t.Logf("xl_host_addrs: %d entries (want %d), incomplete mark %v; of the attached interface's MAC and addresses %d missing", len(host), wantLen, host.Incomplete(), missing)
 			if missing > 0 || len(host) != wantLen || host.Incomplete() != tc.wantOverrun {
 				t.Errorf("xl_host_addrs holds %d entries (want %d), incomplete %v (want %v), %d of the attached interface's addresses missing (want 0)", len(host), wantLen, host.Incomplete(), tc.wantOverrun, missing)
+			}
+			wantListed := wantLen
+			if tc.wantOverrun {
+				wantListed-- // the mark
+			}
+			if h := st.Interfaces[0].HostAddrs; h == nil || h.Listed != wantListed || h.Incomplete != tc.wantOverrun {
+				t.Errorf("xlimit status host_addrs %+v, want %d listed, incomplete %v", h, wantListed, tc.wantOverrun)
 			}
 			if tc.wantOverrun && strings.Count(d.Log(), "host addresses unlisted") != 1 {
 				t.Errorf("want one warning of the unlisted host addresses in the log, got %d", strings.Count(d.Log(), "host addresses unlisted"))
