@@ -123,10 +123,27 @@ static __always_inline int xl_answer_martian6(const __u8 *a)
 	return w[0] == 0 && w[1] == 0 && (w[2] == 0 || w[2] == bpf_htonl(0xffff));
 }
 
+/* The flag xl_cookie_take adds to a DST_MAC or DST_IP class when
+ * xl_host_addrs is incomplete (xl_answer_incomplete): the destination may
+ * be the host's all the same, so the SYN is not dropped but goes on to
+ * the rule's bucket, as without cookies (syncookie.h). Not a class: it is
+ * counted as the class it carries. */
+#define XL_ANSWER_UNLISTED 0x80
+
 /* Whether the host key k, its address filled, is one of the host's. */
 static __always_inline int xl_answer_host(const struct xl_host_key *k)
 {
 	return bpf_map_lookup_elem(&xl_host_addrs, k) != NULL;
+}
+
+/* Whether xl_host_addrs lists only part of the host's addresses: it
+ * holds the XL_HOST_INCOMPLETE mark (more addresses than it holds, or the
+ * daemon could not read them). An unlisted destination is then not known
+ * to be another host's, and an unlisted source not known to be foreign. */
+static __always_inline int xl_answer_incomplete(void)
+{
+	struct xl_host_key k = {.kind = XL_HOST_INCOMPLETE};
+	return xl_answer_host(&k);
 }
 
 /* The class of the SYN in ctx (pkt: its parse) under the policy at the top

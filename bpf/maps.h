@@ -252,14 +252,17 @@ struct {
 /* Config, written by the daemon as the namespace's addresses change (it
  * watches them over netlink). Key: an address the host owns: every IPv4
  * and IPv6 address of every interface of the namespace, and the MAC of
- * the interface this program is attached to. Value: the interface that
- * holds it. Hash: one exact lookup answers "is this frame for us?". Read
- * by the resets (reset.h) and by anything else that answers a frame from
- * XDP, which must answer only for the host's own addresses. Empty until
- * the daemon fills it: nothing is answered then. */
+ * the interface this program is attached to; with more than fit, those
+ * the daemon picks (the attached interfaces' first) and the
+ * XL_HOST_INCOMPLETE mark. Value: the interface that holds it. Hash: one
+ * exact lookup answers "is this frame for us?"; not preallocated, so its
+ * memory follows the addresses the host has. Read by the answering policy
+ * (answer.h), which must answer only for the host's own addresses. Empty
+ * until the daemon fills it: nothing is answered then. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XL_HOST_ADDRS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct xl_host_key);
 	__type(value, struct xl_host_addr);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

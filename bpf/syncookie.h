@@ -38,7 +38,9 @@
  * host has no socket for its 4-tuple other than a listener, and within the
  * host-wide budget of answers (xl_cookie_cfg.budget), in this order
  * (xl_cookie_take). A SYN refused by the policy's address or flag checks
- * is dropped unanswered: no host should answer it. A SYN the program
+ * is dropped unanswered: no host should answer it; but for one to a
+ * destination the host-address map does not list when the map is
+ * incomplete (XL_ANSWER_UNLISTED): it goes to the bucket. A SYN the program
  * cannot answer here (its shape, a socket of the host's, a spent budget)
  * goes to the rule's gates and bucket as it would without cookies: what
  * the rule admits reaches the kernel, which answers it itself. */
@@ -680,16 +682,21 @@ __noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u3
 	if (!class)
 		class = xl_cookie_budget(key / XL_MAX_RULES, now);
 	xl_cookie_count(key % XL_MAX_RULES, class);
+	if ((class == XL_ANSWER_DST_MAC || class == XL_ANSWER_DST_IP) && xl_answer_incomplete())
+		class |= XL_ANSWER_UNLISTED;
 	return class;
 }
 
 /* Whether a SYN of class (not answered) goes on to the rule's gates and
  * bucket rather than being dropped: what XDP cannot answer but the kernel
  * may (a shape the rewrite does not handle, a socket the host has, a spent
- * budget). The other classes are frames no host should answer. */
+ * budget), and one to a destination xl_host_addrs does not list when it
+ * is incomplete (XL_ANSWER_UNLISTED: it may be the host's). The other
+ * classes are frames no host should answer. */
 static __always_inline int xl_cookie_fallback(__u32 class)
 {
-	return class == XL_ANSWER_SHAPE || class == XL_ANSWER_SOCKET || class == XL_ANSWER_BUDGET;
+	return (class & XL_ANSWER_UNLISTED) || class == XL_ANSWER_SHAPE ||
+	       class == XL_ANSWER_SOCKET || class == XL_ANSWER_BUDGET;
 }
 
 /* Rewrites the SYN in ctx, which the rule of key (generation * 64 + slot)

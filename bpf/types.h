@@ -30,9 +30,12 @@
 #define XL_IPV6_EXT_MAX 6
 /* Datagrams whose fragments are followed at once (xl_frags). */
 #define XL_FRAG_ENTRIES 8192
-/* Addresses of the host (xl_host_addrs): IPs of every interface of the
- * namespace and the MAC of the interface the program is attached to. */
-#define XL_HOST_ADDRS_MAX 4096
+/* Entries of xl_host_addrs: IPs of every interface of the namespace, the
+ * MAC of the interface the program is attached to and, when not all fit,
+ * the XL_HOST_INCOMPLETE mark. A Kubernetes node or a load balancer with
+ * many VIPs has tens of thousands; a hash without preallocation, so the
+ * memory follows the entries in use (docs/dataplane.md). */
+#define XL_HOST_ADDRS_MAX 65536
 /* Rule name length, NUL included. */
 #define XL_NAME_LEN 32
 /* A CPU's token cache borrows at most this much time's worth of a rule's
@@ -113,6 +116,10 @@ enum xl_host_kind {
 	XL_HOST_MAC = 1, /* the attached interface's MAC, in addr[0..5] */
 	XL_HOST_IPV4 = 4,
 	XL_HOST_IPV6 = 6,
+	/* The mark (addr all zero) that the map does not list every address
+	 * of the host: more than XL_HOST_ADDRS_MAX, or the daemon could not
+	 * read them. No frame's lookup has this kind. */
+	XL_HOST_INCOMPLETE = 0x10,
 };
 
 /* xl_rule.flags */

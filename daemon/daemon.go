@@ -102,10 +102,11 @@ type daemon struct {
 	plans    map[string]*dataplane.Plan
 	attached map[string]bool // configured interface → the program is attached (links.go)
 
-	ifaces          []string              // the configured interfaces
-	guard           atomic.Pointer[guard] // the rules file's allow and management (guard.go)
-	sourceTableSize int                   // of the attachments
-	reattachErr     map[string]string     // the last error of attaching again, logged once
+	ifaces          []string                   // the configured interfaces
+	guard           atomic.Pointer[guard]      // the rules file's allow and management (guard.go)
+	sourceTableSize int                        // of the attachments
+	reattachErr     map[string]string          // the last error of attaching again, logged once
+	hostAddrs       map[string]*hostAddrsState // by interface (hostaddrs.go), guarded by mu
 
 	api     *api.Server
 	prep    *preparer       // documents that arrive while running (prepare.go)
@@ -357,6 +358,9 @@ func (d *daemon) attachAll(ifaces []string, start *prepared) error {
 		}
 		if a.ConnCountErr != nil {
 			d.log.Warn("connections in flight are not counted: concurrency limits refuse nothing", "iface", iface, "err", a.ConnCountErr)
+		}
+		if err := a.HostAddrs.Err; err != nil {
+			d.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written; retried on the next address event", "iface", iface, "err", err)
 		}
 	}
 	return nil

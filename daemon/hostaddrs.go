@@ -5,6 +5,10 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/metrics"
 )
 
 // The host's own addresses in the kernel (xl_host_addrs, bpf/maps.h): the
@@ -19,20 +23,70 @@ import (
 
 const hostAddrsResync = 30 * time.Second
 
+// hostAddrsState is what the daemon knows of an interface's xl_host_addrs
+// (guarded by d.mu): the last refresh, the refreshes that failed, and
+// whether the addresses that did not fit were reported (once, until all
+// fit again).
+type hostAddrsState struct {
+	last     loader.HostAddrsState
+	failures uint64
+	warned   bool
+}
+
 // refreshHostAddrs writes the host's addresses into the maps of every
-// attached interface.
+// attached interface: each lists its own interface's first, then those of
+// the other attached interfaces (loader.RefreshHostAddrs). Nothing here
+// stops enforcement: a refresh that fails is logged and counted
+// (xlimit_host_addrs_refresh_errors_total), the map keeps what it held,
+// marked incomplete, and the next event or resync tries again.
 func (d *daemon) refreshHostAddrs() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.hostAddrs == nil {
+		d.hostAddrs = map[string]*hostAddrsState{}
+	}
 	for _, a := range d.attach {
-		if err := a.RefreshHostAddrs(); err != nil {
-			d.log.Warn("cannot write the host's addresses: refused connections may get no reset", "iface", a.Iface, "err", err)
+		var others []int
+		for _, o := range d.attach {
+			if o != a {
+				others = append(others, o.Ifindex)
+			}
+		}
+		hs := d.hostAddrs[a.Iface]
+		if hs == nil {
+			hs = &hostAddrsState{}
+			d.hostAddrs[a.Iface] = hs
+		}
+		st, err := a.RefreshHostAddrs(others...)
+		hs.last = st
+		if err != nil {
+			hs.failures++
+			d.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written", "iface", a.Iface, "err", err)
+		}
+		switch {
+		case st.Unlisted > 0 && !hs.warned:
+			hs.warned = true
+			d.log.Warn("host addresses unlisted: the host has more than xl_host_addrs holds; those of the attached interfaces are listed first (docs/dataplane.md)",
+				"iface", a.Iface, "listed", st.Listed, "unlisted", st.Unlisted, "capacity", dataplane.HostAddrsMax)
+		case st.Unlisted == 0 && hs.warned && err == nil:
+			hs.warned = false
+			d.log.Info("host addresses: all listed again", "iface", a.Iface, "listed", st.Listed)
 		}
 		// The MTU, whose MSS SYN cookies announce, changes with the link.
 		if err := a.RefreshCookieLink(); err != nil {
 			d.log.Warn("cannot write the SYN cookies' MSS", "iface", a.Iface, "err", err)
 		}
 	}
+}
+
+// hostAddrsMetrics is the host-address state of an interface for the
+// metrics (nil before the first refresh). Called with d.mu held.
+func (d *daemon) hostAddrsMetrics(a *loader.Attachment) *metrics.HostAddrs {
+	st, failures := a.HostAddrs, uint64(0)
+	if hs := d.hostAddrs[a.Iface]; hs != nil {
+		st, failures = hs.last, hs.failures
+	}
+	return &metrics.HostAddrs{Listed: st.Listed, Unlisted: st.Unlisted, RefreshErrors: failures}
 }
 
 // watchHostAddrs keeps the host's addresses in the kernel up to date until

@@ -107,7 +107,7 @@ func (d *daemon) metricTargets() []metrics.Target {
 	var ts []metrics.Target
 	for _, a := range d.attach {
 		if p := d.plans[a.Iface]; p != nil {
-			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables()})
+			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrsMetrics(a)})
 		}
 	}
 	return ts

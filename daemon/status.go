@@ -116,6 +116,12 @@ func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
 		return st, err
 	}
 	st.Memory = toMemoryStatus(mem)
+	if host, err := t.HostAddrs(); err == nil {
+		st.HostAddrs = &api.HostAddrsStatus{Listed: len(host), Incomplete: host.Incomplete()}
+		if host.Incomplete() {
+			st.HostAddrs.Listed-- // the mark is no address
+		}
+	}
 	return st, nil
 }
 

@@ -99,6 +99,11 @@ type Attachment struct {
 	// response_time are then refused. Everything else works.
 	RespTimeErr error
 
+	// HostAddrs is what the last refresh of xl_host_addrs did (Attach's,
+	// then RefreshHostAddrs'): how many addresses are listed, how many did
+	// not fit, and why it failed if it did. Attach does not fail for it.
+	HostAddrs HostAddrsState
+
 	// CookieErr, when not nil, says why rules with syn_cookies cannot run
 	// here (the TC program of their ACK side is not attached; cookie.go).
 	CookieErr error
@@ -170,9 +175,10 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	}
 	a.SourcesReset = a.objs.SourcesReset
 	prog := a.objs.Program()
-	if err := a.RefreshHostAddrs(); err != nil { // hostaddrs.go: what the program may answer
-		return nil, err
-	}
+	// hostaddrs.go: what the program may answer. A failure is no reason
+	// not to enforce (a.HostAddrs.Err says it; the map is then marked
+	// incomplete, hostaddrs.go).
+	_, _ = a.RefreshHostAddrs()
 	if err := a.RefreshCookieLink(); err != nil { // cookie.go: the cookies' offset and MSS
 		return nil, err
 	}

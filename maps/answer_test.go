@@ -3,6 +3,7 @@
 package maps
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -165,6 +166,53 @@ func TestCookieBudgetFallback(t *testing.T) {
 	}
 	if a := h.answerCounters(t, slot); a.Cookie[dataplane.AnswerOK] != 1 || a.Cookie[dataplane.AnswerBudget] != 3 || a != h.model.AnswerCounters[slot] {
 		t.Errorf("answer counters %+v, model %+v, want 1 ok and 3 budget", a, h.model.AnswerCounters[slot])
+	}
+	h.checkCounters(t)
+}
+
+// TestCookieUnlistedDestination: a SYN to a `syn_cookies: always` port
+// whose destination xl_host_addrs does not list is dropped unanswered
+// while the map is complete (no host should answer it), but goes on to the
+// rule's bucket, as without cookies, when the map carries the mark that it
+// is incomplete (a host with more addresses than it holds, or whose
+// addresses could not be read): the destination may be one of the host's
+// that did not fit. Listed destinations are answered either way. Kernel
+// and model agree.
+func TestCookieUnlistedDestination(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 2, Burst: 2, SynCookies: "always"},
+	}}, nil))
+	slot := h.slot(t, "web")
+	unlisted := netip.MustParseAddr("192.0.2.77")
+	syn := func(i int, dst netip.Addr) []byte {
+		return frame.MustBuild(frame.Spec{Src: netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), Dst: dst,
+			Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: 80, TCPFlags: frame.TCPSyn})
+	}
+	now := uint64(1000 * second)
+	run := func(what string, in []byte, want uint32) {
+		t.Helper()
+		ret, _ := h.kernelRunOut(t, in, now, 1)
+		res := h.model.Eval(in, now)
+		if ret != want || modelRet(res) != want {
+			t.Errorf("%s: XDP return code %d, model %d, want %d", what, ret, modelRet(res), want)
+		}
+	}
+
+	h.setHost(t, defaultHost())
+	run("complete map, unlisted destination", syn(0, unlisted), xdpDrop)
+	run("complete map, listed destination", syn(1, netip.Addr{}), xdpTx)
+
+	incomplete := defaultHost()
+	incomplete[dataplane.IncompleteKey] = 0
+	h.setHost(t, incomplete)
+	for i, want := range []uint32{xdpPass, xdpPass, xdpDrop} {
+		run(fmt.Sprintf("incomplete map, unlisted destination, SYN %d of a bucket of 2", i), syn(2+i, unlisted), want)
+	}
+	run("incomplete map, listed destination", syn(9, netip.Addr{}), xdpTx)
+
+	if a := h.answerCounters(t, slot); a.Cookie[dataplane.AnswerDstIP] != 4 || a.Cookie[dataplane.AnswerOK] != 2 || a != h.model.AnswerCounters[slot] {
+		t.Errorf("answer counters %+v, model %+v, want 4 dst_ip and 2 ok", a, h.model.AnswerCounters[slot])
 	}
 	h.checkCounters(t)
 }

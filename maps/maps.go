@@ -813,31 +813,76 @@ func (t *Tables) HostAddrs() (dataplane.HostAddrs, error) {
 // SetHostAddrs makes xl_host_addrs hold exactly want: addresses not in it
 // are removed, the others added or updated. The program reads the map
 // entry by entry, so an address kept in both is never missing meanwhile.
+// With more than the map holds, what dataplane.SelectHostAddrs picks
+// (callers select first, with their preferences). The mark that the map
+// is incomplete (dataplane.IncompleteKey) goes in before anything is
+// removed and out only after everything is written; every entry is tried
+// whatever fails before it, and an entry that cannot be written leaves
+// the mark in: a failure never leaves the map claiming to be complete.
 func (t *Tables) SetHostAddrs(want dataplane.HostAddrs) error {
-	if len(want) > dataplane.HostAddrsMax {
-		return fmt.Errorf("set host addresses: %d, at most %d", len(want), dataplane.HostAddrsMax)
+	if capacity := int(t.hostAddrs.MaxEntries()); len(want) > capacity {
+		want, _ = dataplane.SelectHostAddrs(want, capacity)
 	}
 	have, err := t.HostAddrs()
 	if err != nil {
-		return fmt.Errorf("set host addresses: %w", err)
+		return errors.Join(fmt.Errorf("set host addresses: %w", err), t.MarkHostAddrsIncomplete())
 	}
+	var errs []error
+	// A full map takes the mark only once the addresses that go are out.
+	marked := have.Incomplete() || (want.Incomplete() && t.MarkHostAddrsIncomplete() == nil)
 	for k := range have {
-		if _, ok := want[k]; ok {
+		if _, ok := want[k]; ok || k == dataplane.IncompleteKey {
 			continue
 		}
 		kk := xdpXlHostKey{Kind: k.Kind, Addr: k.Addr}
 		if err := t.hostAddrs.Delete(&kk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("remove host address: %w", err)
+			errs = append(errs, fmt.Errorf("remove host address: %w", err))
 		}
 	}
+	if want.Incomplete() && !marked {
+		if err := t.MarkHostAddrsIncomplete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	failed := false
 	for k, ifindex := range want {
-		if old, ok := have[k]; ok && old == ifindex {
+		if old, ok := have[k]; (ok && old == ifindex) || k == dataplane.IncompleteKey {
 			continue
 		}
 		kk := xdpXlHostKey{Kind: k.Kind, Addr: k.Addr}
 		if err := t.hostAddrs.Update(&kk, &xdpXlHostAddr{Ifindex: ifindex}, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("add host address: %w", err)
+			if !failed {
+				errs = append(errs, fmt.Errorf("add host address: %w", err))
+			}
+			failed = true
 		}
+	}
+	switch {
+	case failed:
+		if err := t.MarkHostAddrsIncomplete(); err != nil {
+			errs = append(errs, err)
+		}
+	case !want.Incomplete() && len(errs) == 0:
+		kk := xdpXlHostKey{Kind: dataplane.HostIncomplete}
+		if err := t.hostAddrs.Delete(&kk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("remove the mark of incomplete host addresses: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("set host addresses: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// MarkHostAddrsIncomplete puts the mark that xl_host_addrs does not list
+// every address of the host (dataplane.IncompleteKey) in, leaving the
+// addresses as they are: when they cannot be read, the program answers for
+// the last ones known, and a SYN-cookie port leaves a SYN to an unlisted
+// destination to its bucket rather than dropping it.
+func (t *Tables) MarkHostAddrsIncomplete() error {
+	kk := xdpXlHostKey{Kind: dataplane.HostIncomplete}
+	if err := t.hostAddrs.Update(&kk, &xdpXlHostAddr{}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("mark host addresses incomplete: %w", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -79,7 +80,10 @@ func mapMemory(m *ebpf.Map, ncpu int) (MapMemory, error) {
 	}
 	used := int(m.MaxEntries())
 	kind := mapKind(m.Type())
-	if kind == dataplane.MapLPMTrie {
+	if kind == dataplane.MapHash && m.Flags()&unix.BPF_F_NO_PREALLOC != 0 {
+		kind = dataplane.MapHashNoPrealloc
+	}
+	if kind == dataplane.MapLPMTrie || kind == dataplane.MapHashNoPrealloc {
 		if used, err = countEntries(m); err != nil {
 			return mm, err
 		}

@@ -71,6 +71,15 @@ func TestPinnedMemory(t *testing.T) {
 	if err := objs.Tables().Apply(plan); err != nil {
 		t.Fatal(err)
 	}
+	// 10 000 host addresses: xl_host_addrs is not preallocated, its
+	// memory follows them.
+	host := dataplane.HostAddrs{}
+	for i := range 10000 {
+		host[dataplane.IPKey(netip.AddrFrom4([4]byte{10, 64, byte(i >> 8), byte(i)}))] = 2
+	}
+	if err := objs.Tables().SetHostAddrs(host); err != nil {
+		t.Fatal(err)
+	}
 
 	mem, err := PinnedMemory(pins)
 	if err != nil {

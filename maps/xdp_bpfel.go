@@ -212,9 +212,10 @@ type xdpXlHostKey struct {
 type xdpXlHostKind uint32
 
 const (
-	xdpXlHostKindXL_HOST_MAC  xdpXlHostKind = 1
-	xdpXlHostKindXL_HOST_IPV4 xdpXlHostKind = 4
-	xdpXlHostKindXL_HOST_IPV6 xdpXlHostKind = 6
+	xdpXlHostKindXL_HOST_MAC        xdpXlHostKind = 1
+	xdpXlHostKindXL_HOST_IPV4       xdpXlHostKind = 4
+	xdpXlHostKindXL_HOST_IPV6       xdpXlHostKind = 6
+	xdpXlHostKindXL_HOST_INCOMPLETE xdpXlHostKind = 16
 )
 
 type xdpXlLimit struct {

@@ -155,7 +155,11 @@ type statusReport struct {
 		Attached  bool   `json:"attached"`
 		ProgramID uint32 `json:"program_id"`
 		LinkID    uint32 `json:"link_id"`
-		Rules     []struct {
+		HostAddrs *struct {
+			Listed     int  `json:"listed"`
+			Incomplete bool `json:"incomplete"`
+		} `json:"host_addrs"`
+		Rules []struct {
 			Name     string  `json:"name"`
 			Rate     float64 `json:"rate"`
 			Counters struct {

@@ -193,6 +193,13 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 	if st.Memory != nil {
 		printMemory(w, st.Memory)
 	}
+	if h := st.HostAddrs; h != nil {
+		fmt.Fprintf(w, "  host addresses: %d listed", h.Listed)
+		if h.Incomplete {
+			fmt.Fprintf(w, " (incomplete: the host has more than the map holds or they could not be read; SYNs to the others are not answered from XDP; xlimit_host_addrs_unlisted)")
+		}
+		fmt.Fprintln(w)
+	}
 	if len(st.Total.Reasons) > 0 {
 		fmt.Fprintf(w, "  by reason:")
 		for r := range dataplane.ReasonMax {

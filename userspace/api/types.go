@@ -33,6 +33,19 @@ type IfaceStatus struct {
 	Total          CounterStatus `json:"total"`
 	// Memory is the kernel memory of the interface's maps.
 	Memory *MemoryStatus `json:"memory,omitempty"`
+	// HostAddrs is what the host-address map (xl_host_addrs) holds.
+	HostAddrs *HostAddrsStatus `json:"host_addrs,omitempty"`
+}
+
+// HostAddrsStatus is what an interface's xl_host_addrs holds: the host's
+// addresses the answering policy knows (docs/dataplane.md, "The host's own
+// addresses").
+type HostAddrsStatus struct {
+	Listed int `json:"listed"` // addresses, the attached interface's MAC included
+	// Incomplete: the map does not list every address of the host (more
+	// than it holds, or the daemon could not read them); the daemon's
+	// xlimit_host_addrs_unlisted says how many are left out.
+	Incomplete bool `json:"incomplete"`
 }
 
 // RuleStatus is one rule of an interface.

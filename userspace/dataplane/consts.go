@@ -22,8 +22,10 @@ const (
 	// FragEntries is how many fragmented datagrams the kernel follows at
 	// once (xl_frags, an LRU).
 	FragEntries = 8192
-	// HostAddrsMax is how many host addresses xl_host_addrs holds.
-	HostAddrsMax = 4096
+	// HostAddrsMax is how many entries xl_host_addrs holds (addresses, the
+	// attached interface's MAC and, when not all fit, the HostIncomplete
+	// mark): bpf/types.h XL_HOST_ADDRS_MAX.
+	HostAddrsMax = 65536
 	// BatchNS is how much time's worth of its rate a CPU's token cache
 	// borrows from a rule's shared bucket at once (bucket.h).
 	BatchNS = 50000
@@ -160,6 +162,10 @@ const (
 	HostMAC  uint32 = 1
 	HostIPv4 uint32 = 4
 	HostIPv6 uint32 = 6
+	// HostIncomplete is the kind of the mark (its address all zero) that
+	// says xl_host_addrs does not list every address of the host: more
+	// than it holds, or the addresses could not be read (reset.go).
+	HostIncomplete uint32 = 0x10
 )
 
 // RuleDropReasons are the reasons for which a rule drops a packet (the

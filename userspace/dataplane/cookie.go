@@ -169,12 +169,23 @@ func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) An
 	default:
 		cnt.Unanswerable++
 	}
+	if (class == AnswerDstMAC || class == AnswerDstIP) && m.Host.Incomplete() {
+		class |= answerUnlisted
+	}
 	return class
 }
 
+// answerUnlisted is answer.h's XL_ANSWER_UNLISTED: the flag cookieTake
+// adds to a SYN to a destination that an incomplete host-address map does
+// not list (it may be the host's): counted as its class, it goes on to
+// the rule's bucket.
+const answerUnlisted Answer = 0x80
+
 // cookieFallback is syncookie.h's xl_cookie_fallback: whether a SYN of
 // class goes on to the rule's gates and bucket.
-func cookieFallback(a Answer) bool { return a == AnswerShape || a == AnswerSocket || a == AnswerBudget }
+func cookieFallback(a Answer) bool {
+	return a&answerUnlisted != 0 || a == AnswerShape || a == AnswerSocket || a == AnswerBudget
+}
 
 // CookieACK is the Go model of syncookie_tc.c's charging of an ACK whose
 // cookie the rule in slot answered (the TC program finds that rule by the

@@ -47,6 +47,10 @@ const (
 	MapHash                       // preallocated elements and buckets, plus one spare element per CPU
 	MapLPMTrie                    // allocated per entry (BPF_F_NO_PREALLOC)
 	MapOtherKind                  // not estimated
+	// MapHashNoPrealloc is a hash with BPF_F_NO_PREALLOC: its buckets,
+	// and its elements as they are used (each with the allocator's list
+	// node). Last: the values above are the ones they always were.
+	MapHashNoPrealloc
 )
 
 // Per-element overheads of the kernel's map implementations on 64-bit
@@ -55,6 +59,7 @@ const (
 	htabElemHeader = 48
 	htabBucketSize = 16
 	lpmNodeHeader  = 40
+	llistNode      = 8 // bpf_mem_alloc's, before each element of a hash without preallocation
 )
 
 func round8(n uint64) uint64 { return (n + 7) &^ 7 }
@@ -70,7 +75,8 @@ func nextPow2(n uint64) uint64 {
 // MapBytes estimates the kernel memory of a map the way the kernel accounts
 // it (array_map_mem_usage, htab_map_mem_usage, trie_mem_usage), without the
 // few hundred bytes of the map's own header. used is the number of entries
-// in use, which only a trie's memory depends on; ncpu is the number of
+// in use, which only the memory of a trie and of a hash without
+// preallocation depends on; ncpu is the number of
 // possible CPUs, which only per-CPU maps depend on.
 func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu int) uint64 {
 	k, v, n := round8(uint64(keySize)), round8(uint64(valueSize)), uint64(maxEntries)
@@ -83,6 +89,8 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 		return nextPow2(n)*htabBucketSize + n*(htabElemHeader+k+v)
 	case MapHash:
 		return nextPow2(n)*htabBucketSize + (n+uint64(max(ncpu, 1)))*(htabElemHeader+k+v)
+	case MapHashNoPrealloc:
+		return nextPow2(n)*htabBucketSize + uint64(max(used, 0))*(htabElemHeader+k+v+llistNode)
 	case MapLPMTrie:
 		// A node holds the key without its 4-byte prefix length.
 		return uint64(max(used, 0)) * (lpmNodeHeader + uint64(keySize) - 4 + uint64(valueSize))
@@ -94,8 +102,9 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 // sizes: the per-source table of sourceTableSize entries and the prefix
 // tries with prefixes4 and prefixes6 distinct prefixes in each of the two
 // generations (as during a reload). The other maps have fixed sizes (about
-// 2.1 MiB, the 32 KiB source prefilter included, plus the per-CPU
-// counters); `xlimit status` reports them all.
+// 2.7 MiB, the 32 KiB source prefilter and the 1 MiB of the host-address
+// map's buckets included, plus the per-CPU counters and 88 bytes per host
+// address); `xlimit status` reports them all.
 func ConfigMapBytes(sourceTableSize, prefixes4, prefixes6 int) uint64 {
 	return MapBytes(MapLRUHash, SourceKeySize, SourceValueSize, uint32(sourceTableSize), sourceTableSize, 0) +
 		MapBytes(MapLPMTrie, LPM4KeySize, PrefixValueSize, PrefixTrieEntries, Generations*prefixes4, 0) +

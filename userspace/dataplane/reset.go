@@ -1,8 +1,12 @@
 package dataplane
 
 import (
+	"bytes"
+	"cmp"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 )
 
 // HostKey is one address the host owns (struct xl_host_key): an IP of any
@@ -74,4 +78,57 @@ func (m *Model) resetDecide(frame []byte, pkt *Packet, slot int, st *bucketState
 	}
 	m.AnswerCounters[slot].Reset[class]++
 	return out
+}
+
+// IncompleteKey is the key of the mark that xl_host_addrs lists only part
+// of the host's addresses (HostIncomplete): an address not in the map may
+// still be the host's. The SYN-cookie path then leaves a SYN to an
+// unlisted destination to the rule's bucket and the kernel, as it does
+// without cookies, rather than dropping it (syncookie.h).
+var IncompleteKey = HostKey{Kind: HostIncomplete}
+
+// Incomplete reports whether h carries the mark IncompleteKey.
+func (h HostAddrs) Incomplete() bool { return h.Has(IncompleteKey) }
+
+// SelectHostAddrs is what xl_host_addrs holds of the host's addresses all
+// (loader.HostAddrs: the attached interface's MAC and every IP of the
+// namespace, with the interface that holds it) when it has room for
+// capacity entries, and how many it leaves out. When all fit, all.
+// Otherwise one entry is the mark IncompleteKey and the others go, in this
+// order: the MAC; the IPs of the interfaces of first, in its order (the
+// daemon gives the interface attached, then the other interfaces it is
+// attached to: the addresses that frames on them are for); then the rest
+// by interface index. Within an interface IPv4 before IPv6, each by
+// address. The choice depends only on the addresses, not on the order
+// they were read in or on what the map held before.
+func SelectHostAddrs(all HostAddrs, capacity int, first ...uint32) (listed HostAddrs, unlisted int) {
+	all = maps.Clone(all)
+	delete(all, IncompleteKey)
+	if len(all) <= capacity {
+		return all, 0
+	}
+	rank := func(k HostKey, ifindex uint32) int {
+		if k.Kind == HostMAC {
+			return 0
+		}
+		if i := slices.Index(first, ifindex); i >= 0 {
+			return 1 + i
+		}
+		return 1 + len(first)
+	}
+	keys := slices.Collect(maps.Keys(all))
+	slices.SortFunc(keys, func(a, b HostKey) int {
+		ia, ib := all[a], all[b]
+		return cmp.Or(cmp.Compare(rank(a, ia), rank(b, ib)), cmp.Compare(ia, ib),
+			cmp.Compare(a.Kind, b.Kind), bytes.Compare(a.Addr[:], b.Addr[:]))
+	})
+	n := max(capacity-1, 0)
+	listed = make(HostAddrs, n+1)
+	for _, k := range keys[:n] {
+		listed[k] = all[k]
+	}
+	if capacity > 0 {
+		listed[IncompleteKey] = 0
+	}
+	return listed, len(keys) - n
 }

@@ -39,6 +39,16 @@ type Target struct {
 	Iface string
 	Plan  *dataplane.Plan
 	Table Table
+	// HostAddrs is the state of the interface's host-address map
+	// (xl_host_addrs); nil: not exported.
+	HostAddrs *HostAddrs
+}
+
+// HostAddrs is what the daemon last wrote into an interface's
+// xl_host_addrs (daemon/hostaddrs.go).
+type HostAddrs struct {
+	Listed, Unlisted int    // addresses in the map (the MAC included), addresses that did not fit
+	RefreshErrors    uint64 // refreshes that failed since the daemon started
 }
 
 // Collector is a prometheus.Collector over the targets that a callback
@@ -51,6 +61,7 @@ type Collector struct {
 	inFlightCap                                      *prometheus.Desc
 	cookies                                          *prometheus.Desc
 	answers                                          *prometheus.Desc
+	hostListed, hostUnlisted, hostRefreshErrors      *prometheus.Desc
 	errors                                           prometheus.Counter
 	reloads                                          *prometheus.CounterVec
 
@@ -129,6 +140,15 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 		answers: prometheus.NewDesc("xlimit_answers_total",
 			"SYNs on a path that answers from XDP (path cookie: syn_cookies; reset: a refused SYN's reset), by the class of the answering policy: ok (answered, within the policy and the budget), shape, flags, src_mac, src_ip, dst_mac, dst_ip, src_own (not answered: docs/robustness.md), socket, budget. Reset path: only classes seen.",
 			[]string{"iface", "rule", "path", "class"}, nil),
+		hostListed: prometheus.NewDesc("xlimit_host_addrs_listed",
+			"The host's addresses (the attached interface's MAC and the namespace's IPs) in xl_host_addrs, which the answering policy answers for (docs/dataplane.md).",
+			[]string{"iface"}, nil),
+		hostUnlisted: prometheus.NewDesc("xlimit_host_addrs_unlisted",
+			"The host's addresses that did not fit in xl_host_addrs (65536 entries): SYNs to them are not answered from XDP (a SYN-cookie rule leaves them to its bucket), and a SYN spoofed from one of them may be (docs/dataplane.md). 0: all listed.",
+			[]string{"iface"}, nil),
+		hostRefreshErrors: prometheus.NewDesc("xlimit_host_addrs_refresh_errors_total",
+			"Refreshes of xl_host_addrs that failed (the addresses could not be read or written): the map keeps what it held, marked incomplete; rules are enforced all the same.",
+			[]string{"iface"}, nil),
 		rate: prometheus.NewDesc("xlimit_rule_rate",
 			"The rate in force for a rule, per second (packets, connections or bytes).",
 			[]string{"iface", "rule", "source"}, nil),
@@ -217,7 +237,8 @@ func (c *Collector) Reload(result string) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.inFlightCap, c.ifacePackets, c.cookies, c.answers} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.inFlightCap, c.ifacePackets, c.cookies, c.answers,
+		c.hostListed, c.hostUnlisted, c.hostRefreshErrors} {
 		ch <- d
 	}
 	ch <- c.latency
@@ -241,6 +262,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.fleet.collect(ch)
 	now := c.nowNS()
 	for _, t := range c.targets() {
+		if h := t.HostAddrs; h != nil {
+			ch <- prometheus.MustNewConstMetric(c.hostListed, prometheus.GaugeValue, float64(h.Listed), t.Iface)
+			ch <- prometheus.MustNewConstMetric(c.hostUnlisted, prometheus.GaugeValue, float64(h.Unlisted), t.Iface)
+			ch <- prometheus.MustNewConstMetric(c.hostRefreshErrors, prometheus.CounterValue, float64(h.RefreshErrors), t.Iface)
+		}
 		counters, err := t.Table.AllCounters()
 		if err != nil {
 			c.errors.Inc()
