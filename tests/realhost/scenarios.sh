@@ -415,7 +415,7 @@ rules:
 		echo "== with XDP"; rh_ssh 'ethtool -l eth0 | tail -4; ethtool -x eth0 | head -6'
 		echo "curl $(curl20)/20"
 		g xl-stop
-		echo "== after detach"; rh_ssh 'ethtool -l eth0 | tail -4; ethtool -x eth0 | head -6; ethtool -S eth0 | grep -E "rx_queue_[0-9]_packets|rx[0-9]_packets"'
+		echo "== after detach"; rh_ssh 'ethtool -l eth0 | tail -4; ethtool -x eth0 | head -6; ethtool -S eth0 | grep -E "rx_queue_[0-9]_packets|rx[0-9]_packets" || true'
 		echo "curl $(curl20)/20"
 	} >"$f" 2>&1
 	md "## 9. Diagnostic: virtio_net's queues after an XDP program is detached"
