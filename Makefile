@@ -93,6 +93,7 @@ check-imports: ## Fail when a package other than maps/, loader/ and bench/ impor
 .PHONY: test-unit
 test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.
 	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/...
+	$(GO) test $(GOFLAGS_TEST) -run '^TestDesign' ./maps/  # docs/design.md §2 against the objects' ELF specs (no root)
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
 .PHONY: test-kernel

@@ -81,10 +81,10 @@ func (e *env) newReceiver(ctx context.Context, kind string, l limitSpec) (receiv
 		}
 		return &xdpReceiver{label: kind, detach: det}, nil
 	case rcvNoProg:
-		if err := setGRO(e.lab.Server, e.lab.ServerIf, true); err != nil {
+		if err := e.lab.Server.SetGRO(e.lab.ServerIf, true); err != nil {
 			return nil, err
 		}
-		return &xdpReceiver{label: kind, detach: func() error { return setGRO(e.lab.Server, e.lab.ServerIf, false) }}, nil
+		return &xdpReceiver{label: kind, detach: func() error { return e.lab.Server.SetGRO(e.lab.ServerIf, false) }}, nil
 	case rcvXlimit:
 		return e.startXlimit(ctx, l)
 	case rcvNftLimit, rcvNftMeter, rcvHashlim, rcvHashlimL:

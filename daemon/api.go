@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/pinstatus"
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
@@ -36,7 +37,7 @@ func (d *daemon) Status() (api.StatusReport, error) {
 	attach := d.attach
 	d.mu.Unlock()
 	for _, a := range attach {
-		st, err := ReadStatus(d.opts.BPFFS, a.Iface)
+		st, err := pinstatus.Read(d.opts.BPFFS, a.Iface)
 		if err != nil {
 			return rep, err
 		}

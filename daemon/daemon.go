@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/maps"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -142,7 +143,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Clock = control.RealClock{}
 	}
 	if o.Monotonic == nil {
-		o.Monotonic = MonotonicNS
+		o.Monotonic = maps.MonotonicNS
 	}
 	if o.Notify == nil {
 		o.Notify = sdNotify

@@ -24,6 +24,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 
 // syncBuffer is a log sink safe for the daemon's goroutines.
@@ -150,7 +151,7 @@ func startInProcess(t *testing.T, file string, edit func(*daemon.Options)) *inPr
 // rate is the kernel's rate of the only rule.
 func (d *inProcess) rate(t *testing.T) float64 {
 	t.Helper()
-	st, err := daemon.ReadStatus(d.bpffs, d.l.ServerIf)
+	st, err := pinstatus.Read(d.bpffs, d.l.ServerIf)
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/metrics"
@@ -111,13 +110,4 @@ func (d *daemon) metricTargets() []metrics.Target {
 		}
 	}
 	return ts
-}
-
-// MonotonicNS reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
-func MonotonicNS() uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return uint64(ts.Nano())
 }

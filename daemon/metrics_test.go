@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/xlimit/xlimit/maps"
 )
 
 // TestMetricsTimeouts: the metrics server closes a keep-alive connection
@@ -20,7 +22,7 @@ func TestMetricsTimeouts(t *testing.T) {
 	t.Cleanup(func() { metricsTimeouts = saved })
 	metricsTimeouts.header, metricsTimeouts.read, metricsTimeouts.write, metricsTimeouts.idle =
 		300*time.Millisecond, 300*time.Millisecond, time.Second, 300*time.Millisecond
-	d := &daemon{log: slog.New(slog.DiscardHandler), opts: Options{Monotonic: MonotonicNS}}
+	d := &daemon{log: slog.New(slog.DiscardHandler), opts: Options{Monotonic: maps.MonotonicNS}}
 	m, err := startMetrics("127.0.0.1:0", d)
 	if err != nil {
 		t.Fatal(err)

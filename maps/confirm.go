@@ -35,8 +35,9 @@ type Pending struct {
 	Expired    bool   // the deadline has passed: the kernel runs Gen
 }
 
-// monotonicNS reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns.
-func monotonicNS() uint64 {
+// MonotonicNS reads CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns: the
+// clock of every deadline the daemon writes for the programs.
+func MonotonicNS() uint64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0
@@ -53,7 +54,7 @@ func (t *Tables) now() uint64 {
 			return ns
 		}
 	}
-	return monotonicNS()
+	return MonotonicNS()
 }
 
 // rawGen is xl_gen as stored, flag included.

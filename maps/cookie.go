@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -71,38 +70,16 @@ func (o *Objects) LoadCookieProgram(fakeClock bool) (*CookieProgram, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load cookie spec: %w", err)
 	}
-	if fakeClock {
-		if err := spec.Variables[tcVarXlCfgFakeClock].Set(uint32(1)); err != nil {
-			return nil, fmt.Errorf("set fake clock: %w", err)
-		}
-	}
-	repl := map[string]*ebpf.Map{}
-	mv := reflect.ValueOf(&o.objs.xdpMaps).Elem()
-	for i := range mv.NumField() {
-		name := mv.Type().Field(i).Tag.Get("ebpf")
-		if _, ok := spec.Maps[name]; ok && name != "" {
-			repl[name] = mv.Field(i).Interface().(*ebpf.Map)
-		}
-	}
-	for name := range spec.Maps {
-		if _, ok := repl[name]; !ok && name[0] != '.' {
-			return nil, fmt.Errorf("load cookie program: map %s is not the XDP object's", name)
-		}
-	}
-	var objs struct {
-		Prog *ebpf.Program `ebpf:"xlimit_tc_cookie"`
-	}
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+	prog, err := o.loadOverXDP(spec, "xlimit_tc_cookie", "cookie", fakeClock, func(err error) error {
 		if errors.Is(err, ebpf.ErrNotSupported) {
-			return nil, fmt.Errorf("%w: %v", ErrCookieKernel, err)
+			return fmt.Errorf("%w: %v", ErrCookieKernel, err)
 		}
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load cookie program: %+v", ve)
-		}
-		return nil, fmt.Errorf("load cookie program: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &CookieProgram{prog: objs.Prog}, nil
+	return &CookieProgram{prog: prog}, nil
 }
 
 // cookieMaps are the SYN cookies' maps of a Tables (nil in pins of an
@@ -165,12 +142,6 @@ func (c *cookieMaps) close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// CookiePinNames are the pinned names of the cookie maps.
-func CookiePinNames() []string {
-	return []string{xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
-		xdpMapXlCookieLink, xdpMapXlAnswerStats}
 }
 
 // CookieOffsetMin and CookieOffsetMax bound the top byte of the cookie

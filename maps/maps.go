@@ -620,15 +620,6 @@ func (t *Tables) Conns(slot int) (dataplane.Conns, error) {
 	return dataplane.Conns{Count: v.Count, Epoch: v.Epoch}, nil
 }
 
-// SetConns overwrites a slot's count of connections in flight (tests).
-func (t *Tables) SetConns(slot int, c dataplane.Conns) error {
-	v := xdpXlConns{Count: c.Count, Epoch: c.Epoch}
-	if err := t.conns.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("write connections %d: %w", slot, err)
-	}
-	return nil
-}
-
 // netnsCookie identifies the calling thread's network namespace, whose
 // sockets the sock_ops program counts; 0 (count every namespace) where the
 // kernel cannot tell (before 5.14).
@@ -643,16 +634,6 @@ func netnsCookie() uint64 {
 		return 0
 	}
 	return c
-}
-
-// BucketTAT reads the theoretical arrival time of a slot's bucket (2^-6 ns)
-// and the epoch it belongs to.
-func (t *Tables) BucketTAT(slot int) (tat uint64, epoch uint32, err error) {
-	var v xdpXlBucketState
-	if err := t.buckets.Lookup(uint32(slot), &v); err != nil {
-		return 0, 0, fmt.Errorf("read bucket %d: %w", slot, err)
-	}
-	return v.Tat, v.Epoch, nil
 }
 
 // Counters returns a slot's counters summed over CPUs, with the drops the

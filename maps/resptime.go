@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 
 	"github.com/cilium/ebpf"
 
@@ -153,36 +152,14 @@ func (o *Objects) LoadRespProgram(fakeClock bool) (*RespProgram, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load response-time spec: %w", err)
 	}
-	if fakeClock {
-		if err := spec.Variables[resptimeVarXlCfgFakeClock].Set(uint32(1)); err != nil {
-			return nil, fmt.Errorf("set fake clock: %w", err)
-		}
-	}
-	repl := map[string]*ebpf.Map{}
-	mv := reflect.ValueOf(&o.objs.xdpMaps).Elem()
-	for i := range mv.NumField() {
-		name := mv.Type().Field(i).Tag.Get("ebpf")
-		if _, ok := spec.Maps[name]; ok && name != "" {
-			repl[name] = mv.Field(i).Interface().(*ebpf.Map)
-		}
-	}
-	for name := range spec.Maps {
-		if _, ok := repl[name]; !ok && name[0] != '.' {
-			return nil, fmt.Errorf("load response-time program: map %s is not the XDP object's", name)
-		}
-	}
-	var objs struct {
-		Prog *ebpf.Program `ebpf:"xlimit_tc_resptime"`
-	}
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+	prog, err := o.loadOverXDP(spec, "xlimit_tc_resptime", "response-time", fakeClock, func(err error) error {
 		if errors.Is(err, os.ErrPermission) {
-			return nil, fmt.Errorf("load response-time program: %w: %s", errors.Unwrap(err), ErrCapabilities)
+			return fmt.Errorf("load response-time program: %w: %s", errors.Unwrap(err), ErrCapabilities)
 		}
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load response-time program: %+v", ve)
-		}
-		return nil, fmt.Errorf("load response-time program: %w", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &RespProgram{prog: objs.Prog}, nil
+	return &RespProgram{prog: prog}, nil
 }

@@ -12,10 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 
 // The schema of `xlimit status --json` is the API's (GET /v1/status).
@@ -97,7 +97,7 @@ func statusFromPins(bpffs string, names []string) (statusReport, error) {
 		}
 	}
 	for _, iface := range names {
-		st, err := daemon.ReadStatus(bpffs, iface)
+		st, err := pinstatus.Read(bpffs, iface)
 		if err != nil {
 			return rep, err
 		}

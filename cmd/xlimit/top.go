@@ -18,9 +18,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 
 // ANSI sequences used by top.
@@ -133,7 +133,7 @@ func (t *topView) run(ctx context.Context, w io.Writer, once bool) error {
 	}
 }
 
-// sample reads every interface's status (daemon.ReadStatus, as `xlimit status`).
+// sample reads every interface's status (pinstatus.Read, as `xlimit status`).
 func (t *topView) sample() (topSample, error) {
 	s := topSample{at: time.Now()}
 	names := t.ifaces
@@ -144,7 +144,7 @@ func (t *topView) sample() (topSample, error) {
 		}
 	}
 	for _, name := range names {
-		st, err := daemon.ReadStatus(t.bpffs, name)
+		st, err := pinstatus.Read(t.bpffs, name)
 		s.ifaces = append(s.ifaces, ifaceSample{name: name, st: st, err: err})
 	}
 	return s, nil

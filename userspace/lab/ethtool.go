@@ -88,6 +88,16 @@ func setOffloads(ifname string, settings []ethtoolSetting) error {
 	return nil
 }
 
+// SetGRO switches generic receive offload of ifname, an interface of n,
+// on or off with the legacy SIOCETHTOOL ioctl (no ethtool binary needed),
+// and checks it took effect. On a veth, GRO on also enables the NAPI that
+// receiving redirected XDP frames needs when no XDP program is attached.
+func (n *NS) SetGRO(ifname string, on bool) error {
+	return n.Do(func() error {
+		return setOffloads(ifname, []ethtoolSetting{{"generic-receive-offload", unix.ETHTOOL_GGRO, unix.ETHTOOL_SGRO, on}})
+	})
+}
+
 // writeSysctl writes a value under /proc/sys/net. It must run inside the
 // namespace whose setting is meant: /proc/sys/net follows the network
 // namespace of the opening thread.

@@ -1,3 +1,5 @@
+// Reading a rules document: the size limit every origin shares, the file, and Load.
+
 package config
 
 import (

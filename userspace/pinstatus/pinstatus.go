@@ -1,6 +1,12 @@
 //go:build linux
 
-package daemon
+// Package pinstatus reads an interface's status from the pins xlimit keeps
+// under <bpffs>/xlimit/<iface>/, with no daemon running: the rules, the
+// rates in force, the counters, the top dropped sources and the maps'
+// kernel memory. It is what GET /v1/status answers, and what `xlimit
+// status` (without a daemon) and `xlimit top` show. It reaches the kernel
+// only through loader and maps.
+package pinstatus
 
 import (
 	"fmt"
@@ -28,11 +34,10 @@ func toCounterStatus(c *dataplane.Counters) api.CounterStatus {
 // topSources is how many of the most dropped sources status lists per rule.
 const topSources = 10
 
-// ReadStatus reads an interface's status from its pins (no daemon
-// needed): the rules, the rates in force, the counters, the top dropped
-// sources and the maps' kernel memory. It is GET /v1/status's, `xlimit
-// status`'s and `xlimit top`'s.
-func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
+// Read reads an interface's status from its pins (no daemon needed): the
+// rules, the rates in force, the counters, the top dropped sources and the
+// maps' kernel memory.
+func Read(bpffs, iface string) (api.IfaceStatus, error) {
 	st := api.IfaceStatus{Iface: iface, PinDir: loader.PinDir(bpffs, iface)}
 	ls, err := loader.Inspect(bpffs, iface)
 	if err != nil {
@@ -55,7 +60,7 @@ func ReadStatus(bpffs, iface string) (api.IfaceStatus, error) {
 	if err != nil {
 		return st, err
 	}
-	now := MonotonicNS()
+	now := maps.MonotonicNS()
 	st.CountersReadNS = now
 	for _, slot := range plan.ActiveSlots() {
 		r := &plan.Rules[slot]
