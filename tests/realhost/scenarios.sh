@@ -420,8 +420,8 @@ rules:
 	} >"$f" 2>&1
 	md "## 9. Diagnostic: virtio_net's queues after an XDP program is detached"
 	md ""
-	md "\\`\\`\\`"
+	md '```'
 	while read -r l; do md "$l"; done <"$f"
-	md "\\`\\`\\`"
+	md '```'
 	md ""
 }
