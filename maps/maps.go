@@ -780,7 +780,7 @@ func (t *Tables) Sources(slot, n int) ([]Source, error) {
 			Slot:   int(k.Slot),
 			Prefix: netip.PrefixFrom(addr, int(k.Prefixlen)),
 			SourceState: dataplane.SourceState{
-				TAT: v.Tat, OverSinceNS: v.OverSinceNs, BannedUntilNS: v.BannedUntilNs, Drops: v.Drops, Epoch: v.Epoch,
+				TAT: v.Tat, OverSinceNS: v.OverSinceNs, BannedUntilNS: v.BannedUntilNs, Drops: v.Drops, Epoch: v.Epoch, Units: v.Units,
 			},
 		})
 	}

@@ -16,10 +16,12 @@ import (
 type resptimeXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
+	Units    uint64
 	Epoch    uint32
 	Pad      uint32
 	Probes   uint64
 	ResetTat uint64
+	Pad2     uint64
 }
 
 type resptimeXlCache struct {
@@ -221,7 +223,7 @@ type resptimeXlSource struct {
 	BannedUntilNs uint64
 	Drops         uint64
 	Epoch         uint32
-	Pad           uint32
+	Units         uint32
 }
 
 type resptimeXlSourceKey struct {

@@ -23,10 +23,12 @@ type tcXlAnswerCounters struct {
 type tcXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
+	Units    uint64
 	Epoch    uint32
 	Pad      uint32
 	Probes   uint64
 	ResetTat uint64
+	Pad2     uint64
 }
 
 type tcXlCache struct {
@@ -269,7 +271,7 @@ type tcXlSource struct {
 	BannedUntilNs uint64
 	Drops         uint64
 	Epoch         uint32
-	Pad           uint32
+	Units         uint32
 }
 
 type tcXlSourceKey struct {

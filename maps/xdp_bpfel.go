@@ -45,10 +45,12 @@ type xdpXlBucket struct {
 type xdpXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
+	Units    uint64
 	Epoch    uint32
 	Pad      uint32
 	Probes   uint64
 	ResetTat uint64
+	Pad2     uint64
 }
 
 type xdpXlCache struct {
@@ -356,7 +358,7 @@ type xdpXlSource struct {
 	BannedUntilNs uint64
 	Drops         uint64
 	Epoch         uint32
-	Pad           uint32
+	Units         uint32
 }
 
 type xdpXlSourceKey struct {

@@ -19,8 +19,10 @@ import (
 // Earlier releases the upgrade test starts from: cd7296b (main when the
 // migration was written, the same layouts as today but for maps added
 // since) and 2392467 (three days before it: xl_config was 104 bytes, the
-// counters had 14 reasons, and today's xlimit refused its pins).
-var upgradeFrom = []string{"cd7296b", "2392467"}
+// counters had 14 reasons, and today's xlimit refused its pins), and
+// e7755b5 (main before issue 26 added the buckets' units to xl_buckets and
+// xl_sources: migrated with the units zeroed, taken as the rules' own).
+var upgradeFrom = []string{"cd7296b", "2392467", "e7755b5"}
 
 var oldBins struct {
 	sync.Mutex
