@@ -151,43 +151,11 @@ static __always_inline int xl_units_claim_in(__u64 *units, __u64 *tat, __u64 *ta
 
 /* A tolerance in 32 bits, for a per-source entry (xl_source.units): the
  * position of its highest bit + 1 in the top 6 bits, the 26 bits below
- * that bit in the others (a relative error below 2^-26); 0 for 0. The Go
- * model's dataplane.UnitsCode is the same. */
-static __always_inline __u32 xl_units_code(__u64 tol)
-{
-	if (!tol)
-		return 0;
-	__u64 x = tol;
-	__u32 e = 0;
-	if (x >> 32) {
-		x >>= 32;
-		e += 32;
-	}
-	if (x >> 16) {
-		x >>= 16;
-		e += 16;
-	}
-	if (x >> 8) {
-		x >>= 8;
-		e += 8;
-	}
-	if (x >> 4) {
-		x >>= 4;
-		e += 4;
-	}
-	if (x >> 2) {
-		x >>= 2;
-		e += 2;
-	}
-	if (x >> 1)
-		e += 1;
-	if (e > 62)
-		e = 62;
-	__u64 m = e >= 26 ? tol >> (e - 26) : tol << (26 - e);
-	return (e + 1) << 26 | (__u32)(m & ((1U << 26) - 1));
-}
+ * that bit in the others (a relative error below 2^-26); 0 for 0. The
+ * daemon writes a rule's (dataplane.UnitsCode) in xl_rule.source_units:
+ * it is not computed per packet. */
 
-/* The tolerance a code of xl_units_code stands for (code not 0). */
+/* The tolerance a code of xl_rule.source_units stands for (code not 0). */
 static __always_inline __u64 xl_units_decode(__u32 code)
 {
 	__u32 e = (code >> 26) - 1;
@@ -195,14 +163,16 @@ static __always_inline __u64 xl_units_decode(__u32 code)
 	return e >= 26 ? m << (e - 26) : m >> (26 - e);
 }
 
-/* xl_units_claim for a per-source entry, whose units are a code of
- * xl_units_code (code: b->tol's). */
+/* xl_units_claim for a per-source entry, whose units are a code of its
+ * tolerance (code: tol's, xl_rule.source_units; 0: unknown, nothing
+ * done). */
 static __always_inline void xl_src_units_claim(__u32 *units, __u64 *tat, __u32 code, __u64 tol,
 					       __u64 now_u)
 {
 	__u32 from = *(volatile __u32 *)units;
 
-	if (from == code || __sync_val_compare_and_swap(units, from, code) != from || !from)
+	if (!code || from == code || __sync_val_compare_and_swap(units, from, code) != from ||
+	    !from)
 		return;
 	xl_tat_rescale(tat, xl_units_decode(from), tol, now_u);
 }

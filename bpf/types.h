@@ -180,7 +180,9 @@ struct xl_rule {
 	 * linearly to 1 at conc_max. */
 	__u32 conc_soft;
 	__u32 conc_max;
-	__u32 _pad2;
+	/* source.tol in 32 bits (bucket.h, xl_units_decode; xl_source.units),
+	 * written by the daemon beside it: not computed per packet. */
+	__u32 source_units;
 };
 
 /* The control loop's rate for a slot (config, written by the daemon only,
@@ -361,7 +363,7 @@ struct xl_source {
 	__u64 drops;	       /* packets dropped for this source */
 	__u32 epoch;
 	/* As xl_bucket_state.units (xl_rule.source's tol), in 32 bits
-	 * (bucket.h, xl_units_code): the entry stays 40 bytes. */
+	 * (bucket.h, xl_units_decode): the entry stays 40 bytes. */
 	__u32 units;
 };
 

@@ -248,14 +248,14 @@ type tcXlRule struct {
 		Mult uint64
 		Tol  uint64
 	}
-	BanAfterNs uint64
-	BanNs      uint64
-	Prefix4    uint8
-	Prefix6    uint8
-	Pad        uint16
-	ConcSoft   uint32
-	ConcMax    uint32
-	Pad2       uint32
+	BanAfterNs  uint64
+	BanNs       uint64
+	Prefix4     uint8
+	Prefix6     uint8
+	Pad         uint16
+	ConcSoft    uint32
+	ConcMax     uint32
+	SourceUnits uint32
 }
 
 type tcXlSkConn struct {

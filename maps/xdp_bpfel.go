@@ -314,20 +314,20 @@ type xdpXlRespHist struct {
 }
 
 type xdpXlRule struct {
-	_          structs.HostLayout
-	Name       [32]int8
-	Flags      uint32
-	Epoch      uint32
-	Fallback   xdpXlBucket
-	Source     xdpXlBucket
-	BanAfterNs uint64
-	BanNs      uint64
-	Prefix4    uint8
-	Prefix6    uint8
-	Pad        uint16
-	ConcSoft   uint32
-	ConcMax    uint32
-	Pad2       uint32
+	_           structs.HostLayout
+	Name        [32]int8
+	Flags       uint32
+	Epoch       uint32
+	Fallback    xdpXlBucket
+	Source      xdpXlBucket
+	BanAfterNs  uint64
+	BanNs       uint64
+	Prefix4     uint8
+	Prefix6     uint8
+	Pad         uint16
+	ConcSoft    uint32
+	ConcMax     uint32
+	SourceUnits uint32
 }
 
 type xdpXlRuleFlag uint32

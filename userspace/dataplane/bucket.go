@@ -155,7 +155,7 @@ func UnitsClaim(units, tat, tat2 *uint64, tol, nowU uint64) {
 	}
 }
 
-// UnitsCode is the Go model of bucket.h's xl_units_code: a tolerance in
+// UnitsCode is the code of bucket.h's xl_units_decode: a tolerance in
 // 32 bits for a per-source entry (the position of its highest bit + 1, and
 // the 26 bits below it), 0 for 0.
 func UnitsCode(tol uint64) uint32 {

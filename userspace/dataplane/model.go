@@ -96,10 +96,10 @@ func (m *Model) floodNote(r *Rule, slot int, pkt *Packet, mask uint64, lim *Limi
 // srcCreditReturn is the Go model of source.h's xl_src_credit_return:
 // the credit goes back to its source's bucket, when that is still the
 // rule's.
-func (m *Model) srcCreditReturn(cr *srcCredit) {
+func (m *Model) srcCreditReturn(cr *srcCredit, tol uint64) {
 	credit := cr.credit
 	cr.credit = 0
-	if s, ok := m.sources[cr.key]; ok && credit != 0 && s.Epoch == cr.epoch && s.Units == UnitsCode(cr.tol) {
+	if s, ok := m.sources[cr.key]; ok && credit != 0 && s.Epoch == cr.epoch && cr.tol == tol && s.Units == UnitsCode(tol) {
 		s.TAT -= credit
 	}
 }
@@ -653,6 +653,6 @@ func (m *Model) srcCreditName(cr *srcCredit, k SourceKey, r *Rule, b Bucket) {
 	if cr == nil {
 		return
 	}
-	m.srcCreditReturn(cr)
+	m.srcCreditReturn(cr, r.Source.Tol)
 	*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
 }
