@@ -62,6 +62,149 @@ static __always_inline __u64 xl_gcra_take(__u64 *tat, __u64 tol, __u64 now_u, __
 	return 0;
 }
 
+/* A change of a bucket's settings (a reload that keeps the rule, a
+ * confirm's revert, the control loop's limit or its lapse) keeps how full
+ * the bucket is, not its raw TAT: a TAT `ahead` of now under tolerance
+ * `from` is the same part of tolerance `to`. A raw TAT would carry the old
+ * rule's time units over: one held empty at 100/s with a burst of 1000 is
+ * 10 s ahead, and at 1000/s (a tolerance of 1 s) nothing would conform
+ * for 9 s; one held empty at 1000/s is 1 s ahead, and at 100/s (10 s) it
+ * would admit 9 s of the new rate at once.
+ *
+ * Returns ahead * to / from (at most to) in 64 bits: from and ahead are
+ * first shifted below 2^33, so the fraction keeps 31 bits (a relative
+ * error below 2^-31; the Go model, dataplane.ScaleAhead, is the same). */
+static __always_inline __u64 xl_units_scale(__u64 ahead, __u64 from, __u64 to)
+{
+	if (ahead >= from)
+		return to;
+	if (from >> 48) {
+		from >>= 16;
+		ahead >>= 16;
+	}
+	if (from >> 40) {
+		from >>= 8;
+		ahead >>= 8;
+	}
+	if (from >> 36) {
+		from >>= 4;
+		ahead >>= 4;
+	}
+	if (from >> 34) {
+		from >>= 2;
+		ahead >>= 2;
+	}
+	if (from >> 33) {
+		from >>= 1;
+		ahead >>= 1;
+	}
+	__u64 frac = (ahead << 31) / from; /* at most 2^31 */
+	__u64 n = (to >> 31) * frac + (((to & ((1ULL << 31) - 1)) * frac) >> 31);
+	return n < to ? n : to;
+}
+
+/* Rescales a TAT written under tolerance from to tolerance to at now_u
+ * (2^-6 ns), by compare-and-swap: a full bucket (a TAT behind now, or a
+ * stale one) stays full. When the CAS keeps losing, the TAT stays as the
+ * CPUs that won left it. */
+static __always_inline void xl_tat_rescale(__u64 *tat, __u64 from, __u64 to, __u64 now_u)
+{
+	__u64 old = *(volatile __u64 *)tat;
+
+	for (int i = 0; i < XL_CAS_RETRIES; i++) {
+		__s64 ahead = (__s64)(old - now_u);
+		if (ahead <= 0 || (__u64)ahead > XL_STALE_AHEAD)
+			return;
+		__u64 seen = __sync_val_compare_and_swap(
+		    tat, old, now_u + xl_units_scale((__u64)ahead, from, to));
+		if (seen == old)
+			return;
+		old = seen;
+	}
+}
+
+/* Brings TATs written under the tolerance *units to tolerance tol (the
+ * settings in force) before they are charged: tat, and tat2 when not
+ * NULL. The CPU whose compare-and-swap moves *units to tol rescales them,
+ * once; the others go on at once, and at most the packets racing that
+ * CPU meet a TAT not yet rescaled: after a raise they find it further
+ * ahead than the new tolerance and are dropped, after a cut they take
+ * from it and are charged again, scaled, by the rescale. *units 0
+ * (unknown: state left by an xlimit from before the field, or reset with
+ * a TAT of now) is taken as tol. Settings racing each other (a torn read,
+ * the generations of a reload) rescale back and forth, each time keeping
+ * how full the bucket is. Callers compare *units with tol first: on the
+ * path of every packet that reaches a bucket, that compare is all.
+ * Returns 1 when it rescaled. */
+static __always_inline int xl_units_claim_in(__u64 *units, __u64 *tat, __u64 *tat2, __u64 tol,
+					     __u64 now_u)
+{
+	__u64 from = *(volatile __u64 *)units;
+
+	if (from == tol || __sync_val_compare_and_swap(units, from, tol) != from || !from)
+		return 0;
+	xl_tat_rescale(tat, from, tol, now_u);
+	if (tat2)
+		xl_tat_rescale(tat2, from, tol, now_u);
+	return 1;
+}
+
+/* A tolerance in 32 bits, for a per-source entry (xl_source.units): the
+ * position of its highest bit + 1 in the top 6 bits, the 26 bits below
+ * that bit in the others (a relative error below 2^-26); 0 for 0. The
+ * daemon writes a rule's (dataplane.UnitsCode) in xl_rule.source_units:
+ * it is not computed per packet. */
+
+/* The tolerance a code of xl_rule.source_units stands for (code not 0). */
+static __always_inline __u64 xl_units_decode(__u32 code)
+{
+	__u32 e = (code >> 26) - 1;
+	__u64 m = (1ULL << 26) | (code & ((1U << 26) - 1));
+	return e >= 26 ? m << (e - 26) : m >> (26 - e);
+}
+
+/* xl_units_claim for a per-source entry, whose units are a code of its
+ * tolerance (code: tol's, xl_rule.source_units; 0: unknown, nothing
+ * done). */
+static __always_inline void xl_src_units_claim(__u32 *units, __u64 *tat, __u32 code, __u64 tol,
+					       __u64 now_u)
+{
+	__u32 from = *(volatile __u32 *)units;
+
+	if (!code || from == code || __sync_val_compare_and_swap(units, from, code) != from ||
+	    !from)
+		return;
+	xl_tat_rescale(tat, xl_units_decode(from), tol, now_u);
+}
+
+/* The rule's bucket state in the units of the settings b (xl_units_claim):
+ * its TAT and its resets' TAT.
+ *
+ * xl_units_claim is a global function: the verifier checks it once, apart
+ * from the paths of xl_apply_rule, which calls it twice. source.h inlines
+ * xl_src_units_claim (xl_source_admit is a global function already). The
+ * TC program defines XL_UNITS_EARLY: a frame below xl_cookie_charge's
+ * would pass the stack that 6.1 allows, and inlined there the verifier's
+ * limit, so it brings the state to the units before that call
+ * (syncookie_tc.c, xl_cookie_units), and here this is nothing. */
+#ifdef XL_UNITS_EARLY
+#define xl_state_units(st, b, now_u) ((void)0)
+#else
+__noinline int xl_units_claim(__u64 *units, __u64 *tat, __u64 *tat2, __u64 tol, __u64 now_u)
+{
+	if (!units || !tat)
+		return 0;
+	return xl_units_claim_in(units, tat, tat2, tol, now_u);
+}
+
+static __always_inline void xl_state_units(struct xl_bucket_state *st, const struct xl_bucket *b,
+					   __u64 now_u)
+{
+	if (st->units != b->tol)
+		xl_units_claim(&st->units, &st->tat, &st->reset_tat, b->tol, now_u);
+}
+#endif
+
 /* Admits a packet of cost `cost` at time now_u (2^-6 ns) against the bucket
  * settings b and state *tat. Returns 1 when it conforms (and charges it). */
 static __always_inline int xl_gcra(__u64 *tat, const struct xl_bucket *b, __u64 now_u, __u64 cost)
@@ -98,8 +241,10 @@ static __always_inline __u32 xl_skip_grant(__u64 tol, __u64 inc, __u32 runs)
  * max(cost, XL_BATCH_NS x rate) each. Over the long run the rate is exact.
  * A cache filled under other settings (a new rate from the control loop, a
  * new rule in the slot) is emptied first: that loses at most one batch.
+ * The shared state is brought to the settings' units before it is charged
+ * (xl_state_units): a change of rate keeps how full the bucket is.
  * Returns 1 when the packet conforms; *now is read lazily (0: not yet). */
-static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
+static __always_inline int xl_cached_admit(struct xl_cache *c, struct xl_bucket_state *st,
 					   const struct xl_bucket *b, __u64 inc, __u32 runs,
 					   __u64 now)
 {
@@ -117,7 +262,8 @@ static __always_inline int xl_cached_admit(struct xl_cache *c, __u64 *tat,
 	__u64 want = need > batch ? need : batch;
 	__u64 now_u = now << XL_TIME_SHIFT;
 	__u64 retry_u;
-	__u64 took = xl_gcra_take(tat, b->tol, now_u, need, want, &retry_u);
+	xl_state_units(st, b, now_u);
+	__u64 took = xl_gcra_take(&st->tat, b->tol, now_u, need, want, &retry_u);
 
 	if (!took) {
 		/* Round up: no room strictly before retry_u. A take that finds
@@ -148,6 +294,7 @@ static __always_inline void xl_state_claim(struct xl_bucket_state *st, const str
 {
 	if (st->epoch != r->epoch) {
 		st->tat = xl_time(now) << XL_TIME_SHIFT;
+		st->units = 0;
 		st->reset_tat = 0;
 		st->probes = 0;
 		st->epoch = r->epoch;
@@ -240,7 +387,7 @@ static __always_inline int xl_rule_admit(struct xl_cache *c, struct xl_bucket_st
 					 const struct xl_bucket *b, __u64 inc, __u32 runs,
 					 __u64 *now)
 {
-	return xl_cached_admit(c, &st->tat, b, inc, runs, c->credit >= inc ? 0 : xl_time(now));
+	return xl_cached_admit(c, st, b, inc, runs, c->credit >= inc ? 0 : xl_time(now));
 }
 
 /* Whether rule r's CPU caches may drop without clock reads (xl_skip_grant):

@@ -173,8 +173,9 @@ static __always_inline int xl_reset_admit(struct xl_bucket_state *st, const stru
 					  __u64 inc, __u64 *now)
 {
 	__u64 retry_u;
-	return xl_gcra_take(&st->reset_tat, b->tol, xl_time(now) << XL_TIME_SHIFT, inc, inc,
-			    &retry_u) != 0;
+	__u64 now_u = xl_time(now) << XL_TIME_SHIFT;
+	xl_state_units(st, b, now_u);
+	return xl_gcra_take(&st->reset_tat, b->tol, now_u, inc, inc, &retry_u) != 0;
 }
 
 /* Takes one reset from the bucket of all rules of generation gen. */

@@ -83,17 +83,18 @@ static __always_inline int xl_src_credit_holds(const struct xl_src_credit *cr,
 /* Gives the credit cr holds back to its source's bucket before another
  * source takes cr over: the TAT moves back by it (a bucket that has
  * refilled in the meantime stays full: a TAT behind now counts as now).
- * When the source's entry is gone (evicted, or reset for another rule) or
- * the compare-and-swap keeps losing, the credit is lost, and the source's
- * limit errs low by at most that much. */
-static __always_inline void xl_src_credit_return(struct xl_src_credit *cr)
+ * When the source's entry is gone (evicted, or reset for another rule),
+ * is in other units than the credit (the rule's source rate changed
+ * since, xl_units_claim), or the compare-and-swap keeps losing, the credit is
+ * lost, and the source's limit errs low by at most that much. */
+static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const struct xl_rule *r)
 {
 	__u64 credit = cr->credit;
 	if (!credit)
 		return;
 	cr->credit = 0;
 	struct xl_source *o = bpf_map_lookup_elem(&xl_sources, &cr->key);
-	if (!o || o->epoch != cr->epoch)
+	if (!o || o->epoch != cr->epoch || cr->tol != r->source.tol || o->units != r->source_units)
 		return;
 	__u64 old = *(volatile __u64 *)&o->tat;
 	for (int i = 0; i < XL_CAS_RETRIES; i++) {
@@ -113,7 +114,7 @@ static __always_inline void xl_src_credit_name(struct xl_src_credit *cr,
 {
 	if (!cr)
 		return;
-	xl_src_credit_return(cr);
+	xl_src_credit_return(cr, r);
 	cr->key = *k;
 	cr->epoch = r->epoch;
 	cr->mult = b->mult;
@@ -254,7 +255,8 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 				 * else: an entry, as without a front. */
 			}
 		}
-		sc->fresh = (struct xl_source){.tat = tat, .epoch = r->epoch};
+		sc->fresh =
+		    (struct xl_source){.tat = tat, .epoch = r->epoch, .units = r->source_units};
 		bpf_map_update_elem(&xl_sources, kp, &sc->fresh, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&xl_sources, kp);
 		if (!s)
@@ -263,11 +265,16 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	if (s->epoch != r->epoch) {
 		/* Left by an earlier rule in this slot. */
 		s->tat = now_u;
+		s->units = r->source_units;
 		s->over_since_ns = 0;
 		s->banned_until_ns = 0;
 		s->drops = 0;
 		s->epoch = r->epoch;
 	}
+	/* A change of the source limit's rate keeps how full the source's
+	 * bucket is (bucket.h, xl_units_claim). */
+	if (s->units != r->source_units)
+		xl_src_units_claim(&s->units, &s->tat, r->source_units, b->tol, now_u);
 	/* A bucket that refilled completely ends an over-limit run. */
 	if ((__s64)(s->tat - now_u) <= 0)
 		s->over_since_ns = 0;

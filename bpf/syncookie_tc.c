@@ -19,6 +19,9 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+/* bucket.h: the state is brought to the units of its settings before
+ * xl_cookie_charge (xl_cookie_units), not inside it. */
+#define XL_UNITS_EARLY
 #include "bucket.h"
 #include "clock.h"
 #include "conns.h"
@@ -48,6 +51,32 @@ struct sock {
 };
 extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk,
 				   struct bpf_tcp_req_attrs *attrs, int attrs__sz) __ksym;
+
+/* Brings the bucket state of the rule in key (generation·64 + slot) to
+ * the units of the settings in force (bucket.h, xl_units_claim), before
+ * xl_cookie_charge charges it: a rate changed since the state was written
+ * keeps how full the bucket is. Claims the state for the rule first, as
+ * xl_cookie_charge does. A global function: a call below xl_cookie_charge
+ * would pass the stack that 6.1 allows, and inlined there the verifier's
+ * limit. */
+__noinline int xl_cookie_units(__u32 key, __u64 *now)
+{
+	__u32 slot = key % XL_MAX_RULES;
+	if (!now || key >= XL_GENERATIONS * XL_MAX_RULES)
+		return 0;
+	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
+	struct xl_bucket_state *st = bpf_map_lookup_elem(&xl_buckets, &slot);
+	struct xl_cache *c = bpf_map_lookup_elem(&xl_caches, &slot);
+	if (!r || !st || !c || !(r->flags & XL_RULE_ACTIVE))
+		return 0;
+	xl_state_claim(st, r, now);
+	const struct xl_limit *lim = xl_limit_for(r, slot, c, now);
+	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
+	if (st->units == b->tol)
+		return 0;
+	return xl_units_claim_in(&st->units, &st->tat, &st->reset_tat, b->tol,
+				 xl_time(now) << XL_TIME_SHIFT);
+}
 
 /* Charges a connection opened by a valid cookie to the rule in slot: the
  * breaker's and the concurrency gates, the per-source bucket and the
@@ -250,6 +279,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 			break;
 		if (!((charge >> i) & 1))
 			continue;
+		xl_cookie_units(gen * XL_MAX_RULES + i, &now);
 		if (xl_cookie_charge(gen * XL_MAX_RULES + i, &pkt, &now, len)) {
 			cnt->refused++;
 			ret = TC_ACT_SHOT;

@@ -187,7 +187,9 @@ struct xl_rule {
 	 * linearly to 1 at conc_max. */
 	__u32 conc_soft;
 	__u32 conc_max;
-	__u32 _pad2;
+	/* source.tol in 32 bits (bucket.h, xl_units_decode; xl_source.units),
+	 * written by the daemon beside it: not computed per packet. */
+	__u32 source_units;
 };
 
 /* The control loop's rate for a slot (config, written by the daemon only,
@@ -367,7 +369,9 @@ struct xl_source {
 	__u64 banned_until_ns; /* banned while now is before this */
 	__u64 drops;	       /* packets dropped for this source */
 	__u32 epoch;
-	__u32 _pad;
+	/* As xl_bucket_state.units (xl_rule.source's tol), in 32 bits
+	 * (bucket.h, xl_units_decode): the entry stays 40 bytes. */
+	__u32 units;
 };
 
 /* xl_source_admit's scratch (per CPU): its keys and new entry, off the
@@ -380,6 +384,11 @@ struct xl_src_scratch {
 /* Bucket state (state, written by the XDP program only). */
 struct xl_bucket_state {
 	__u64 tat; /* theoretical arrival time, 2^-6 ns, wrapping */
+	/* The tolerance (xl_bucket.tol) tat and reset_tat were written under:
+	 * settings with another one rescale them first, keeping how full the
+	 * bucket is (bucket.h, xl_units_claim). 0: unknown (state of an
+	 * xlimit from before the field), taken as the settings in force. */
+	__u64 units;
 	__u32 epoch;
 	__u32 _pad;
 	/* Half-open probes: gate_round << 32 | SYNs of that round let through. */
@@ -387,6 +396,8 @@ struct xl_bucket_state {
 	/* The bucket of the resets answering refused SYNs: the rule's rate,
 	 * charged separately (as tat). */
 	__u64 reset_tat;
+	/* 48 bytes: tat and units share a cache line in every slot. */
+	__u64 _pad2;
 };
 
 /* Connections in flight to a rule (state, written by the sock_ops program

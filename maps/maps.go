@@ -553,6 +553,8 @@ func ruleToKernel(r *dataplane.Rule) xdpXlRule {
 		Prefix6:    r.Prefix6,
 		ConcSoft:   r.ConcSoft,
 		ConcMax:    r.ConcMax,
+		// Derived: the per-source entries' units (bucket.h, xl_units_decode).
+		SourceUnits: dataplane.UnitsCode(r.Source.Tol),
 	}
 	for i := 0; i < len(r.Name) && i < len(k.Name)-1; i++ {
 		k.Name[i] = int8(r.Name[i])
@@ -761,7 +763,7 @@ func (t *Tables) Sources(slot, n int) ([]Source, error) {
 			Slot:   int(k.Slot),
 			Prefix: netip.PrefixFrom(addr, int(k.Prefixlen)),
 			SourceState: dataplane.SourceState{
-				TAT: v.Tat, OverSinceNS: v.OverSinceNs, BannedUntilNS: v.BannedUntilNs, Drops: v.Drops, Epoch: v.Epoch,
+				TAT: v.Tat, OverSinceNS: v.OverSinceNs, BannedUntilNS: v.BannedUntilNs, Drops: v.Drops, Epoch: v.Epoch, Units: v.Units,
 			},
 		})
 	}

@@ -207,7 +207,7 @@ func testMigrateOldReleasePins(t *testing.T, kernel bool) {
 	}
 	for name, how := range map[string]string{
 		xdpMapXlGen: "copied", xdpMapXlConfig: "converted", xdpMapXlStats: "converted", xdpMapXlCaches: "converted",
-		xdpMapXlLimits: "converted", xdpMapXlBuckets: "shared", xdpMapXlFlood: "new",
+		xdpMapXlLimits: "converted", xdpMapXlBuckets: "converted", xdpMapXlFlood: "new",
 	} {
 		if r := reports[name]; r.How != how || r.Err != nil || r.Dropped != 0 {
 			t.Errorf("%s: %s, want %s without loss", name, r, how)
@@ -215,6 +215,12 @@ func testMigrateOldReleasePins(t *testing.T, kernel bool) {
 	}
 	if r := reports[xdpMapXlStats]; !slices.Contains(r.Added, "resets") {
 		t.Errorf("xl_stats: added %v, want resets among them", r.Added)
+	}
+	// The bucket's units come zeroed (unknown: taken as the settings in
+	// force, bucket.h xl_units_claim): the checks below find it as full
+	// as the old program left it, neither stalled nor refilled.
+	if r := reports[xdpMapXlBuckets]; !slices.Equal(r.Added, []string{"units"}) {
+		t.Errorf("xl_buckets: added %v, want units", r.Added)
 	}
 	wantLayout := "the kernel"
 	if !kernel {
@@ -437,8 +443,8 @@ func TestMigrateFromRecord(t *testing.T) {
 	mig.ConvertState()
 	r := mig.report(xdpMapXlBuckets)
 	t.Logf("%s", r)
-	if r.How != "converted" || r.Layout != "the pins' record" || !slices.Equal(r.Added, []string{"probes", "reset_tat"}) {
-		t.Errorf("xl_buckets: %s; want converted from the pins' record, probes and reset_tat added", r)
+	if r.How != "converted" || r.Layout != "the pins' record" || !slices.Equal(r.Added, []string{"units", "probes", "reset_tat"}) {
+		t.Errorf("xl_buckets: %s; want converted from the pins' record, units, probes and reset_tat added", r)
 	}
 	if n := runNew(t, o, frame, t0, 5); n != 0 {
 		t.Errorf("admitted %d at the migration's instant: the converted bucket lost its fill", n)

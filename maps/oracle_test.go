@@ -96,6 +96,19 @@ func (g *orGCRA) take(now, inc float64) {
 
 func (g *orGCRA) maybe(now, inc float64) { g.hi = math.Max(g.hi, now) + inc }
 
+// rescaled is g as a change of tolerance from to at time at leaves it:
+// a TAT ahead keeps its part of the tolerance (bucket.h, xl_units_claim),
+// a full bucket stays full.
+func (g orGCRA) rescaled(at, from, to float64) orGCRA {
+	one := func(tat float64) float64 {
+		if ahead := tat - at; ahead > 0 {
+			return at + math.Min(ahead, from)*to/from
+		}
+		return tat
+	}
+	return orGCRA{one(g.lo), one(g.hi)}
+}
+
 // orLimit is a limit the control loop wrote for a rule.
 type orLimit struct {
 	set         bool
@@ -118,6 +131,16 @@ type orSourceKey struct {
 
 type orRule struct {
 	bucket orGCRA
+	// tau is the tolerance (s) the kernel's TAT was written under, 0
+	// while unknown (the kernel's units 0: taken as the settings in
+	// force). Under another tolerance the kernel rescales the TAT at the
+	// first packet of the rule that reaches its bucket's take, some time
+	// from the first packet seen under it (first) to now: the bucket is
+	// known as the interval of both.
+	tau   float64
+	first float64
+	// pending: a packet under the other tolerance has been seen (first).
+	pending bool
 	// retry is when the last packet the bucket refused would have fitted,
 	// under the rate and burst then in force (a byte rule's, see expect).
 	retry                 float64
@@ -283,7 +306,11 @@ func (o *oracle) expect(i int, p orPacket, nowNS uint64) orExpect {
 	rate, burst := o.bucketOf(i, nowNS)
 	inc, tau := o.cost(i, p)/rate, burst/rate
 	batch := math.Min(float64(dataplane.BatchNS)/1e9, tau/4)
-	e.bucket = st.bucket.conform(now, inc, tau, 2*batch+orSlack)
+	if st.tau != 0 && !near(st.tau, tau) && !st.pending {
+		st.pending, st.first = true, now
+	}
+	g := o.ruleBucket(i, now, tau)
+	e.bucket = g.conform(now, inc, tau, 2*batch+orSlack)
 	if r.Bytes && e.bucket == orYes && now < st.retry+orSlack && rate == st.retryRate && burst == st.retryBurst {
 		// The kernel's cache refuses until a refused packet's cost
 		// would fit, whatever the cost of the next: a smaller packet
@@ -297,9 +324,26 @@ func (o *oracle) expect(i int, p orPacket, nowNS uint64) orExpect {
 		e.bucket, e.skip = orEither, true
 		e.why = append(e.why, fmt.Sprintf("refusal %d of a run without a clock read in tick %d", st.skipped+1, st.skipTick))
 	}
-	e.why = append(e.why, fmt.Sprintf("bucket TAT %.6f at %.6f, rate %v burst %v cost %v (limit in force %v) → %v",
-		st.bucket.hi, now, rate, burst, o.cost(i, p), fresh, e.bucket))
+	e.why = append(e.why, fmt.Sprintf("bucket TAT %.6f at %.6f, rate %v burst %v cost %v (limit in force %v, written under tolerance %v, pending %v from %.6f) → %v",
+		g.hi, now, rate, burst, o.cost(i, p), fresh, st.tau, st.pending, st.first, e.bucket))
 	return e
+}
+
+// near says whether two tolerances are the same one, as the kernel's
+// fixed point has them (a relative 1e-9 apart).
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(a, b) }
+
+// ruleBucket is rule i's bucket at now under tolerance tau: as it is, or
+// while a rescale is pending, as rescaled at first or at now (between
+// them, where the kernel rescaled, it is in between).
+func (o *oracle) ruleBucket(i int, now, tau float64) orGCRA {
+	st := &o.rules[i]
+	if !st.pending {
+		return st.bucket
+	}
+	a := st.bucket.rescaled(st.first, st.tau, tau)
+	b := st.bucket.rescaled(now, st.tau, tau)
+	return orGCRA{math.Min(a.lo, b.lo), math.Max(a.hi, b.hi)}
 }
 
 func (o *oracle) cost(i int, p orPacket) float64 {
@@ -367,6 +411,13 @@ func (o *oracle) follow(i int, p orPacket, nowNS uint64, e orExpect, reason data
 		}
 	}
 	rate, burst := o.bucketOf(i, nowNS)
+	if reason == dataplane.ReasonAdmit || (reason == dataplane.ReasonRule && !e.skip) {
+		// The kernel took from the bucket under these settings (a
+		// refusal that is not one of a run follows a take since the
+		// last change, which emptied the CPU's cache): rescaled.
+		st.bucket = o.ruleBucket(i, now, burst/rate)
+		st.tau, st.pending = burst/rate, false
+	}
 	switch {
 	case reason == dataplane.ReasonRule && e.skip:
 		st.skipped++

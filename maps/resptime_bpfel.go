@@ -16,10 +16,12 @@ import (
 type resptimeXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
+	Units    uint64
 	Epoch    uint32
 	Pad      uint32
 	Probes   uint64
 	ResetTat uint64
+	Pad2     uint64
 }
 
 type resptimeXlCache struct {
@@ -198,14 +200,14 @@ type resptimeXlRule struct {
 		Mult uint64
 		Tol  uint64
 	}
-	BanAfterNs uint64
-	BanNs      uint64
-	Prefix4    uint8
-	Prefix6    uint8
-	Pad        uint16
-	ConcSoft   uint32
-	ConcMax    uint32
-	Pad2       uint32
+	BanAfterNs  uint64
+	BanNs       uint64
+	Prefix4     uint8
+	Prefix6     uint8
+	Pad         uint16
+	ConcSoft    uint32
+	ConcMax     uint32
+	SourceUnits uint32
 }
 
 type resptimeXlSkConn struct {
@@ -221,7 +223,7 @@ type resptimeXlSource struct {
 	BannedUntilNs uint64
 	Drops         uint64
 	Epoch         uint32
-	Pad           uint32
+	Units         uint32
 }
 
 type resptimeXlSourceKey struct {

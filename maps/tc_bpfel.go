@@ -23,10 +23,12 @@ type tcXlAnswerCounters struct {
 type tcXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
+	Units    uint64
 	Epoch    uint32
 	Pad      uint32
 	Probes   uint64
 	ResetTat uint64
+	Pad2     uint64
 }
 
 type tcXlCache struct {
@@ -246,14 +248,14 @@ type tcXlRule struct {
 		Mult uint64
 		Tol  uint64
 	}
-	BanAfterNs uint64
-	BanNs      uint64
-	Prefix4    uint8
-	Prefix6    uint8
-	Pad        uint16
-	ConcSoft   uint32
-	ConcMax    uint32
-	Pad2       uint32
+	BanAfterNs  uint64
+	BanNs       uint64
+	Prefix4     uint8
+	Prefix6     uint8
+	Pad         uint16
+	ConcSoft    uint32
+	ConcMax     uint32
+	SourceUnits uint32
 }
 
 type tcXlSkConn struct {
@@ -269,7 +271,7 @@ type tcXlSource struct {
 	BannedUntilNs uint64
 	Drops         uint64
 	Epoch         uint32
-	Pad           uint32
+	Units         uint32
 }
 
 type tcXlSourceKey struct {

@@ -45,10 +45,12 @@ type xdpXlBucket struct {
 type xdpXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
+	Units    uint64
 	Epoch    uint32
 	Pad      uint32
 	Probes   uint64
 	ResetTat uint64
+	Pad2     uint64
 }
 
 type xdpXlCache struct {
@@ -313,20 +315,20 @@ type xdpXlRespHist struct {
 }
 
 type xdpXlRule struct {
-	_          structs.HostLayout
-	Name       [32]int8
-	Flags      uint32
-	Epoch      uint32
-	Fallback   xdpXlBucket
-	Source     xdpXlBucket
-	BanAfterNs uint64
-	BanNs      uint64
-	Prefix4    uint8
-	Prefix6    uint8
-	Pad        uint16
-	ConcSoft   uint32
-	ConcMax    uint32
-	Pad2       uint32
+	_           structs.HostLayout
+	Name        [32]int8
+	Flags       uint32
+	Epoch       uint32
+	Fallback    xdpXlBucket
+	Source      xdpXlBucket
+	BanAfterNs  uint64
+	BanNs       uint64
+	Prefix4     uint8
+	Prefix6     uint8
+	Pad         uint16
+	ConcSoft    uint32
+	ConcMax     uint32
+	SourceUnits uint32
 }
 
 type xdpXlRuleFlag uint32
@@ -357,7 +359,7 @@ type xdpXlSource struct {
 	BannedUntilNs uint64
 	Drops         uint64
 	Epoch         uint32
-	Pad           uint32
+	Units         uint32
 }
 
 type xdpXlSourceKey struct {

@@ -143,14 +143,19 @@ func TestFailStatic(t *testing.T) {
 		{"limit for another epoch: ignored", &dataplane.Limit{Bucket: fast, DeadlineNS: deadline, Epoch: epoch ^ 2}, 400 * second, 3, 0},
 		{"limit with epoch 0: ignored", &dataplane.Limit{Bucket: fast, DeadlineNS: deadline}, 500 * second, 3, 0},
 		{"1 ns before the deadline", &dataplane.Limit{Bucket: fast, DeadlineNS: deadline, Epoch: epoch}, deadline - 1, 50, 0},
-		// The limit's 50 packets left the TAT 50 ms ahead: the fallback
-		// (1/s, burst 3 s) takes two more at the deadline, not three.
-		// The drops of the run begun 1 ns before, in the same tick, come
-		// first (SkipDrops packets without a clock read); the read that
-		// ends it finds the bucket empty on the limit chosen by the
-		// run's time and starts another: the deadline is seen after at
-		// most two runs, and within the tick.
-		{"at the deadline", nil, deadline, 2, 2*dataplane.SkipDrops + 100},
+		// The limit's 50 packets emptied its bucket (its TAT 50 ms
+		// ahead, its whole tolerance): under the fallback (1/s, burst
+		// 3 s) the bucket stays as empty (a change of rate keeps the
+		// bucket's fill: the TAT is rescaled to 3 s ahead), so nothing
+		// passes at the deadline. The drops of the run begun 1 ns
+		// before, in the same tick, come first (SkipDrops packets
+		// without a clock read); the read that ends it finds the bucket
+		// empty on the limit chosen by the run's time and starts
+		// another: the deadline is seen after at most two runs, and
+		// within the tick. A second later the fallback has refilled one
+		// packet (the limit's 1000/s would have 50).
+		{"at the deadline", nil, deadline, 0, 2*dataplane.SkipDrops + 100},
+		{"1 s after the deadline", nil, deadline + second, 1, 0},
 		{"well after the deadline", nil, deadline + 10*second, 3, 0},
 	}
 	for _, s := range steps {
@@ -220,18 +225,20 @@ func TestReloadKeepsState(t *testing.T) {
 	if got := offer(t, h, api, apiFrame, t0, 5); got != 0 {
 		t.Errorf("drained bucket admitted %d right after the reload, want 0", got)
 	}
-	// At 20/s with a burst of 5 (250 ms) the TAT, 500 ms ahead, admits
-	// again 300 ms later: one packet, then another every 50 ms. (The
-	// probe 1 ns before reads the clock on its first packet only: after a
-	// read that finds the bucket empty the cache drops without reading
-	// until the next tick (bucket.h, xl_cache_empty), so the probe at
-	// 300 ms is a tick later.)
-	if got := offer(t, h, api, apiFrame, t0+300*second/1000-1, 3); got != 0 {
-		t.Errorf("1 ns before 300 ms: admitted %d, want 0", got)
+	// At 20/s with a burst of 5 (250 ms) the bucket stays as empty as it
+	// was (a change of rate keeps the bucket's fill: the TAT, 500 ms
+	// ahead of a tolerance of 500 ms, is rescaled to 250 ms ahead), and
+	// admits again 50 ms later, one emission interval at the new rate:
+	// one packet, then another every 50 ms. (The probe 1 ns before reads
+	// the clock on its first packet only: after a read that finds the
+	// bucket empty the cache drops without reading until the next tick
+	// (bucket.h, xl_cache_empty), so the probe at 50 ms is a tick later.)
+	if got := offer(t, h, api, apiFrame, t0+50*second/1000-1, 3); got != 0 {
+		t.Errorf("1 ns before 50 ms: admitted %d, want 0", got)
 	}
-	at300 := t0 + 300*second/1000 + 1<<dataplane.FakeTickShift
-	if got := offer(t, h, api, apiFrame, at300, 3); got != 1 {
-		t.Errorf("at 300 ms (the next tick): admitted %d, want 1", got)
+	at50 := t0 + 50*second/1000 + 1<<dataplane.FakeTickShift
+	if got := offer(t, h, api, apiFrame, at50, 3); got != 1 {
+		t.Errorf("at 50 ms (the next tick): admitted %d, want 1", got)
 	}
 	// The counters carried on: 5+1 passed, 5+5+3+2 dropped.
 	c := h.slotCounters(t, api)
@@ -431,7 +438,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_flow", binary.Size(xdpXlFlow{}), 16},
 		{"sizeof xl_resp_hist", binary.Size(xdpXlRespHist{}), 8 * (3 + dataplane.RespBuckets)},
 		{"sizeof xl_prefix", binary.Size(xdpXlPrefix{}), 16},
-		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 32},
+		{"sizeof xl_bucket_state", binary.Size(xdpXlBucketState{}), 48},
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
 		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 32 + 16*dataplane.MaxRules},
 		{"sizeof xl_src_credit", binary.Size(xdpXlSrcCredit{}), binary.Size(xdpXlSourceKey{}) + 3*8 + 8},

@@ -20,8 +20,10 @@ import (
 // migration was written, the same layouts as today but for maps added
 // since), 2392467 (three days before it: xl_config was 104 bytes, the
 // counters had 14 reasons, and today's xlimit refused its pins) and
-// e7755b5 (main before xl_host_addrs grew from 4096 preallocated entries
-// to 65536 without preallocation: the map is reshaped, issue 26).
+// e7755b5 (main before issue 26 reshaped xl_host_addrs, from 4096
+// preallocated entries to 65536 without preallocation, and added the
+// buckets' units to xl_buckets and xl_sources: migrated with the units
+// zeroed, taken as the rules' own).
 var upgradeFrom = []string{"cd7296b", "2392467", "e7755b5"}
 
 var oldBins struct {

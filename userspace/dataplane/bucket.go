@@ -3,6 +3,7 @@ package dataplane
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -107,6 +108,94 @@ func (b Bucket) Take(tat *uint64, nowNS, need, want uint64) (took, retryU uint64
 	return took, 0
 }
 
+// ScaleAhead is the Go model of bucket.h's xl_units_scale: a TAT ahead of
+// now under tolerance from, as the same part of tolerance to (at most to),
+// with the kernel's 64-bit arithmetic (a fraction of 31 bits). A change of
+// a bucket's settings keeps how full the bucket is, not its raw TAT.
+func ScaleAhead(ahead, from, to uint64) uint64 {
+	if ahead >= from {
+		return to
+	}
+	for _, sh := range []uint{16, 8, 4, 2, 1} {
+		if from>>(32+sh) != 0 {
+			from >>= sh
+			ahead >>= sh
+		}
+	}
+	frac := (ahead << 31) / from
+	n := (to>>31)*frac + ((to&(1<<31-1))*frac)>>31
+	return min(n, to)
+}
+
+// rescaleTAT is the Go model of bucket.h's xl_tat_rescale: a full bucket
+// (a TAT behind now, or stale) stays full.
+func rescaleTAT(tat *uint64, from, to, nowU uint64) {
+	ahead := int64(*tat - nowU)
+	if ahead <= 0 || uint64(ahead) > StaleAhead {
+		return
+	}
+	*tat = nowU + ScaleAhead(uint64(ahead), from, to)
+}
+
+// UnitsClaim is the Go model of bucket.h's xl_units_claim (one CPU): TATs
+// written under the tolerance *units are rescaled to tol, tat2 too when
+// not nil; *units 0 (unknown) is taken as tol.
+func UnitsClaim(units, tat, tat2 *uint64, tol, nowU uint64) {
+	from := *units
+	if from == tol {
+		return
+	}
+	*units = tol
+	if from == 0 {
+		return
+	}
+	rescaleTAT(tat, from, tol, nowU)
+	if tat2 != nil {
+		rescaleTAT(tat2, from, tol, nowU)
+	}
+}
+
+// UnitsCode is the code of bucket.h's xl_units_decode: a tolerance in
+// 32 bits for a per-source entry (the position of its highest bit + 1, and
+// the 26 bits below it), 0 for 0.
+func UnitsCode(tol uint64) uint32 {
+	if tol == 0 {
+		return 0
+	}
+	e := uint32(min(63-bits.LeadingZeros64(tol), 62))
+	var m uint64
+	if e >= 26 {
+		m = tol >> (e - 26)
+	} else {
+		m = tol << (26 - e)
+	}
+	return (e+1)<<26 | uint32(m&(1<<26-1))
+}
+
+// UnitsDecode is the Go model of bucket.h's xl_units_decode: the
+// tolerance a code stands for (code not 0).
+func UnitsDecode(code uint32) uint64 {
+	e := code>>26 - 1
+	m := uint64(1)<<26 | uint64(code&(1<<26-1))
+	if e >= 26 {
+		return m << (e - 26)
+	}
+	return m >> (26 - e)
+}
+
+// srcUnitsClaim is the Go model of bucket.h's xl_src_units_claim.
+func srcUnitsClaim(units *uint32, tat *uint64, tol, nowU uint64) {
+	code := UnitsCode(tol)
+	from := *units
+	if from == code {
+		return
+	}
+	*units = code
+	if from != 0 {
+		rescaleTAT(tat, UnitsDecode(from), tol, nowU)
+	}
+}
+
 // GCRA is the Go model of bucket.h's xl_gcra: it admits a packet of the
 // given cost at time nowNS against *tat (2^-6 ns units, wrapping) and
 // reports whether it conformed.
@@ -189,8 +278,9 @@ func skipGrant(tol, inc uint64, runs bool) uint32 {
 
 // Admit is the Go model of bucket.h's xl_cached_admit: a packet taking inc
 // time units conforms from the cache's credit, or by borrowing a batch from
-// the shared bucket *tat.
-func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64, runs bool) bool {
+// the shared bucket *tat, brought first from the units *units to b's (its
+// other TAT tat2 too, when not nil: UnitsClaim).
+func (c *Cache) Admit(tat, units, tat2 *uint64, b Bucket, inc, nowNS uint64, runs bool) bool {
 	if c.Credit >= inc {
 		c.Credit -= inc
 		return true
@@ -201,6 +291,7 @@ func (c *Cache) Admit(tat *uint64, b Bucket, inc, nowNS uint64, runs bool) bool 
 	batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
 	need := inc - c.Credit
 	want := max(need, batch)
+	UnitsClaim(units, tat, tat2, b.Tol, nowNS<<TimeShift)
 	took, retryU := b.Take(tat, nowNS, need, want)
 	if took == 0 {
 		if retryU != 0 {

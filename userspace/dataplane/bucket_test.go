@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"math"
+	"math/big"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -126,5 +128,56 @@ func TestBucketWraps(t *testing.T) {
 	tat = 1e9 << TimeShift
 	if !b.GCRA(&tat, 1e9+5*365*24*3600*1e9, 1) {
 		t.Error("after 5 idle years the bucket is not full")
+	}
+}
+
+// TestScaleAhead: the kernel's 64-bit rescale of a TAT's lead (bucket.h,
+// xl_units_scale) is within 2^-30 of to (plus a unit) of the exact
+// ahead·to/from, never above to, for tolerances up to MaxBurstTime.
+func TestScaleAhead(t *testing.T) {
+	maxTol := uint64(MaxBurstTime.Nanoseconds()) << TimeShift
+	rng := rand.New(rand.NewPCG(26, 26))
+	for range 200000 {
+		from := 1 + rng.Uint64N(maxTol)
+		to := 1 + rng.Uint64N(maxTol)
+		if rng.IntN(4) == 0 {
+			from = 1 + rng.Uint64N(1<<20)
+		}
+		ahead := rng.Uint64N(from + 1)
+		got := ScaleAhead(ahead, from, to)
+		exact := new(big.Int).Mul(new(big.Int).SetUint64(ahead), new(big.Int).SetUint64(to))
+		exact.Quo(exact, new(big.Int).SetUint64(from))
+		e := exact.Uint64()
+		if got > to || math.Abs(float64(e)-float64(got)) > float64(to)/(1<<30)+1 {
+			t.Fatalf("ScaleAhead(%d, %d, %d) = %d, exact %d", ahead, from, to, got, e)
+		}
+	}
+	if got := ScaleAhead(5, 5, 7); got != 7 {
+		t.Errorf("a lead of the whole tolerance: %d, want the whole new one 7", got)
+	}
+	if got := ScaleAhead(9, 5, 7); got != 7 {
+		t.Errorf("a lead beyond the tolerance: %d, want it clamped to 7", got)
+	}
+}
+
+// TestUnitsClaim: zeroed units (state from before the field) are taken as
+// the settings in force, a full bucket stays full, and a drained one stays
+// drained under the new tolerance.
+func TestUnitsClaim(t *testing.T) {
+	const now = 1 << 40
+	units, tat := uint64(0), uint64(now+1000)
+	UnitsClaim(&units, &tat, nil, 500, now)
+	if units != 500 || tat != now+1000 {
+		t.Errorf("unknown units: units %d tat %d, want 500 and the TAT unchanged", units, tat)
+	}
+	units, tat = 1000, now+1000
+	UnitsClaim(&units, &tat, nil, 100, now)
+	if units != 100 || tat != now+100 {
+		t.Errorf("drained, tolerance 1000 to 100: units %d tat now+%d, want 100 and now+100", units, int64(tat-now))
+	}
+	units, tat = 1000, now-5
+	UnitsClaim(&units, &tat, nil, 100, now)
+	if tat != now-5 {
+		t.Errorf("full: tat now%+d, want unchanged", int64(tat-now))
 	}
 }

@@ -235,6 +235,9 @@ func (m *Model) CookieACK(frame []byte, answered int, nowNS uint64) (refused boo
 // per-source bucket and the rule's bucket, as a SYN meets them.
 func (m *Model) cookieCharge(r *Rule, slot int, pkt *Packet, nowNS uint64) Reason {
 	st, b, lim, c, fresh := m.claim(r, slot, nowNS)
+	// The TC program brings the state to the units first
+	// (syncookie_tc.c, xl_cookie_units), and its take does not.
+	UnitsClaim(&st.units, &st.tat, &st.resetTAT, b.Tol, nowNS<<TimeShift)
 	inc := b.Inc(1)
 	runs := r.Flags&RulePerSource == 0
 	switch {
@@ -246,7 +249,7 @@ func (m *Model) cookieCharge(r *Rule, slot int, pkt *Packet, nowNS uint64) Reaso
 		return ReasonRule
 	case r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS):
 		return ReasonSource
-	case !c.Admit(&st.tat, b, inc, nowNS, runs):
+	case !c.Admit(&st.tat, &st.units, &st.resetTAT, b, inc, nowNS, runs):
 		return ReasonRule
 	}
 	return ReasonAdmit

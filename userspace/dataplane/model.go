@@ -96,10 +96,10 @@ func (m *Model) floodNote(r *Rule, slot int, pkt *Packet, mask uint64, lim *Limi
 // srcCreditReturn is the Go model of source.h's xl_src_credit_return:
 // the credit goes back to its source's bucket, when that is still the
 // rule's.
-func (m *Model) srcCreditReturn(cr *srcCredit) {
+func (m *Model) srcCreditReturn(cr *srcCredit, tol uint64) {
 	credit := cr.credit
 	cr.credit = 0
-	if s, ok := m.sources[cr.key]; ok && credit != 0 && s.Epoch == cr.epoch {
+	if s, ok := m.sources[cr.key]; ok && credit != 0 && s.Epoch == cr.epoch && cr.tol == tol && s.Units == UnitsCode(tol) {
 		s.TAT -= credit
 	}
 }
@@ -122,6 +122,9 @@ type SourceKey struct {
 type SourceState struct {
 	TAT, OverSinceNS, BannedUntilNS, Drops uint64
 	Epoch                                  uint32
+	// Units is the tolerance TAT was written under, as UnitsCode has it
+	// (0: unknown).
+	Units uint32
 }
 
 // NewSourceKey masks the packet's source to the rule's prefix length.
@@ -186,6 +189,7 @@ type fragState struct {
 
 type bucketState struct {
 	tat      uint64
+	units    uint64 // the tolerance tat and resetTAT were written under (0: unknown)
 	epoch    uint32
 	probes   uint64 // half-open probes: round << 32 | passed
 	resetTAT uint64 // the bucket of the resets answering refused SYNs
@@ -444,7 +448,7 @@ func (m *Model) applyRuleCookie(frame []byte, r *Rule, slot int, pkt *Packet, ma
 func (m *Model) claim(r *Rule, slot int, nowNS uint64) (st *bucketState, b Bucket, lim *Limit, c *Cache, fresh bool) {
 	st = &m.buckets[slot]
 	if st.epoch != r.Epoch {
-		st.tat, st.epoch, st.resetTAT, st.probes = nowNS<<TimeShift, r.Epoch, 0, 0
+		st.tat, st.units, st.epoch, st.resetTAT, st.probes = nowNS<<TimeShift, 0, r.Epoch, 0, 0
 	}
 	b = r.Fallback
 	lim = &m.Limits[slot]
@@ -504,7 +508,7 @@ func (m *Model) applyRuleBuckets(frame []byte, r *Rule, slot int, pkt *Packet, m
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
 		return refuse(ReasonSource)
 	}
-	if c.Admit(&st.tat, b, inc, nowNS, runs) {
+	if c.Admit(&st.tat, &st.units, &st.resetTAT, b, inc, nowNS, runs) {
 		return VerdictPass, ReasonAdmit, false
 	}
 	return refuse(ReasonRule)
@@ -598,12 +602,13 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 			}
 			return true
 		}
-		s = &SourceState{TAT: tat, Epoch: r.Epoch}
+		s = &SourceState{TAT: tat, Units: UnitsCode(b.Tol), Epoch: r.Epoch}
 		m.sources[k] = s
 	}
 	if s.Epoch != r.Epoch {
-		*s = SourceState{TAT: now, Epoch: r.Epoch}
+		*s = SourceState{TAT: now, Units: UnitsCode(b.Tol), Epoch: r.Epoch}
 	}
+	srcUnitsClaim(&s.Units, &s.TAT, b.Tol, now)
 	if int64(s.TAT-now) <= 0 {
 		s.OverSinceNS = 0
 	}
@@ -648,6 +653,6 @@ func (m *Model) srcCreditName(cr *srcCredit, k SourceKey, r *Rule, b Bucket) {
 	if cr == nil {
 		return
 	}
-	m.srcCreditReturn(cr)
+	m.srcCreditReturn(cr, r.Source.Tol)
 	*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
 }

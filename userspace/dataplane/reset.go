@@ -65,6 +65,7 @@ func (m *Model) resetDecide(frame []byte, pkt *Packet, slot int, st *bucketState
 	}
 	out := resetOutcome(class)
 	if out == ResetSent {
+		UnitsClaim(&st.units, &st.tat, &st.resetTAT, b.Tol, nowNS<<TimeShift)
 		if took, _ := b.Take(&st.resetTAT, nowNS, inc, inc); took == 0 {
 			out, class = ResetRuleBudget, AnswerBudget
 		}
