@@ -138,22 +138,35 @@ static __always_inline __u32 xl_src_front_hash(const struct xl_source_key *k)
 	return h;
 }
 
+/* The owner a front way is written with: the rule's epoch and its
+ * per-source units, folded, never 0 (0: empty). A reload that keeps the
+ * rule and its per-source settings keeps its ways: before, they were
+ * owned by xl_gen's generation, so every reload freed them and let each
+ * source seen only there within its emission interval pass once more
+ * (TestOracle, a reload between a source's two packets). A change of the
+ * per-source settings frees them (their TATs are in the old units): at
+ * most one packet more per such source and CPU. */
+static __always_inline __u32 xl_src_front_owner(const struct xl_rule *r)
+{
+	return (r->epoch ^ (r->source_units * 0x9e3779b1u)) | 1;
+}
+
 /* Whether front way w holds the source of key k (tag: its slot and family
- * bit) written in generation gen. */
+ * bit) written by owner. */
 static __always_inline int xl_src_front_is(const struct xl_src_front *w,
-					   const struct xl_source_key *k, __u32 tag, __u32 gen)
+					   const struct xl_source_key *k, __u32 tag, __u32 owner)
 {
 	const __u32 *a = (const __u32 *)w->addr;
 	const __u32 *b = (const __u32 *)k->addr;
-	return w->gen == gen && w->slot == tag && w->prefixlen == k->prefixlen &&
+	return w->gen == owner && w->slot == tag && w->prefixlen == k->prefixlen &&
 	       !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
 }
 
-/* Whether way w holds nothing at now_u (2^-6 ns): empty, of an older
- * generation, or a source whose bucket is full again (its TAT passed). */
-static __always_inline int xl_src_front_free(const struct xl_src_front *w, __u32 gen, __u64 now_u)
+/* Whether way w holds nothing at now_u (2^-6 ns): empty, of another
+ * owner, or a source whose bucket is full again (its TAT passed). */
+static __always_inline int xl_src_front_free(const struct xl_src_front *w, __u32 owner, __u64 now_u)
 {
-	return w->gen != gen || (__s64)(w->t - now_u) <= 0;
+	return w->gen != owner || (__s64)(w->t - now_u) <= 0;
 }
 
 /* Returns 1 when the packet's source is within its own limit (and not
@@ -223,28 +236,29 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		if (fb) {
 			struct xl_src_front_set *fs = &fb->set[set & (XL_SRC_FRONT_BLOCK - 1)];
 			__u32 tag = slot | (kp->family == 6 ? XL_FRONT_V6 : 0);
+			__u32 owner = xl_src_front_owner(r);
 			struct xl_src_front *f = NULL;
-			if (xl_src_front_is(&fs->way[0], kp, tag, g))
+			if (xl_src_front_is(&fs->way[0], kp, tag, owner))
 				f = &fs->way[0];
-			else if (xl_src_front_is(&fs->way[1], kp, tag, g))
+			else if (xl_src_front_is(&fs->way[1], kp, tag, owner))
 				f = &fs->way[1];
-			if (f && !xl_src_front_free(f, g, now_u)) {
+			if (f && !xl_src_front_free(f, owner, now_u)) {
 				/* Back within its emission interval: its entry,
 				 * charged with the packet the front let through. */
 				tat = f->t;
 				f->gen = 0;
 			} else {
 				struct xl_src_front *v = f;
-				if (!v && xl_src_front_free(&fs->way[0], g, now_u))
+				if (!v && xl_src_front_free(&fs->way[0], owner, now_u))
 					v = &fs->way[0];
-				else if (!v && xl_src_front_free(&fs->way[1], g, now_u))
+				else if (!v && xl_src_front_free(&fs->way[1], owner, now_u))
 					v = &fs->way[1];
 				if (v) {
 					/* Its bucket is full: the packet passes;
 					 * remember it. */
 					__builtin_memcpy(v->addr, kp->addr, 16);
 					v->t = now_u + inc;
-					v->gen = g;
+					v->gen = owner;
 					v->slot = tag;
 					v->prefixlen = kp->prefixlen;
 					if (!same)

@@ -348,7 +348,7 @@ struct xl_src_credit {
 struct xl_src_front {
 	__u8 addr[16]; /* the key's masked address */
 	__u64 t;       /* the TAT its packet left: the way is free once now passes it */
-	__u32 gen;     /* xl_gen's raw value when written (0: empty) */
+	__u32 gen;     /* the owner: xl_src_front_owner of its rule when written (0: empty) */
 	__u16 _pad;
 	__u8 slot; /* the rule's slot | XL_FRONT_V6 */
 	__u8 prefixlen;

@@ -926,3 +926,36 @@ func TestSourceCredit(t *testing.T) {
 		psCompareTable(t, h)
 	})
 }
+
+// TestSourceFrontKeepsAcrossReload: a source seen once lives in the CPU's
+// front (xl_src_front), charged nowhere else. A reload that keeps the rule
+// and its per-source settings (here: a new rule-wide rate, a generation
+// flip) must keep that charge: the source's next packet within its
+// emission interval is refused, as without the reload. Before, the ways
+// were owned by the generation, and every reload let each such source pass
+// once more (TestOracle, seed 1796220343419814782: a reload between a
+// source's two packets). A change of the per-source settings frees them:
+// at most one packet more per source and CPU.
+func TestSourceFrontKeepsAcrossReload(t *testing.T) {
+	h := newPSHarness(t, 0)
+	ps := dataplane.PerSourceSpec{Rate: 5, Burst: 1, PrefixV4: 32, PrefixV6: 64}
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, ps)}}, nil))
+	slot := h.slot(t, "r")
+	for i, a := range []string{"192.0.2.7", "2001:db8::7"} {
+		f := build(udpTo(netip.MustParseAddr(a), 53))
+		at := psT0 + uint64(i)*1000*psMS
+		if got := offer(t, h, slot, f, at, 1); got != 1 {
+			t.Fatalf("%s: its first packet refused", a)
+		}
+		if _, ok := psFind(psSources(t, h, slot), slot, netip.PrefixFrom(netip.MustParseAddr(a), map[bool]int{true: 32, false: 64}[i == 0]).Masked()); ok {
+			t.Fatalf("%s: seen once, yet a table entry (the front should hold it)", a)
+		}
+		// The rule-wide rate changes: a new generation, the same rule.
+		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 2e6, 2e6, ps)}}, h.plan))
+		if got := offer(t, h, slot, f, at+10*psMS, 1); got != 0 {
+			t.Errorf("%s: its second packet 10 ms after the first (emission interval 200 ms), across a reload that kept the rule: admitted, want refused", a)
+		}
+		psCompareTable(t, h)
+		psCompareCounters(t, h)
+	}
+}

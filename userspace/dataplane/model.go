@@ -595,7 +595,7 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	now := nowNS << TimeShift
 	s, ok := m.sources[k]
 	if !ok {
-		tat, taken := m.frontSeen(k, now, inc)
+		tat, taken := m.frontSeen(r, k, now, inc)
 		if taken {
 			if !same {
 				m.srcCreditName(cr, k, r, b)

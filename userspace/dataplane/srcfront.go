@@ -32,52 +32,58 @@ func SrcFrontHash(k SourceKey) uint32 {
 type frontWay struct {
 	key SourceKey
 	t   uint64
-	// plan and reloads stand for xl_gen's raw value when written (plan
-	// nil: empty), as in floodMemo.
-	plan    *Plan
-	reloads uint64
+	// owner is frontOwner of the rule that wrote it (0: empty).
+	owner uint32
+}
+
+// frontOwner is the Go model of source.h's xl_src_front_owner: the rule's
+// epoch and per-source units folded, never 0. A reload that keeps the
+// rule and its per-source settings keeps the ways.
+func frontOwner(r *Rule) uint32 {
+	return (r.Epoch ^ UnitsCode(r.Source.Tol)*0x9e3779b1) | 1
 }
 
 // srcFront is one CPU's front.
 type srcFront [SrcFrontSets][SrcFrontWays]frontWay
 
 // frontFree is the Go model of xl_src_front_free: w holds nothing at now
-// (empty, of another generation, or its TAT passed).
-func (m *Model) frontFree(w *frontWay, now uint64) bool {
-	return w.plan == nil || w.plan != m.Plan || w.reloads != m.reloads || int64(w.t-now) <= 0
+// (empty, of another owner, or its TAT passed).
+func frontFree(w *frontWay, owner uint32, now uint64) bool {
+	return w.owner != owner || int64(w.t-now) <= 0
 }
 
 // frontSeen is the Go model of xl_source_admit's front, for a source the
 // table does not hold, at now (2^-6 ns): it returns the TAT the source's
 // new entry starts at, and whether it gets none because the front took
 // it (its packet passes).
-func (m *Model) frontSeen(k SourceKey, now, inc uint64) (tat uint64, taken bool) {
+func (m *Model) frontSeen(r *Rule, k SourceKey, now, inc uint64) (tat uint64, taken bool) {
 	if m.front == nil {
 		m.front = new(srcFront)
 	}
+	owner := frontOwner(r)
 	set := &m.front[SrcFrontHash(k)&(SrcFrontSets-1)]
 	var f *frontWay
 	for i := range set {
-		if w := &set[i]; w.plan != nil && w.plan == m.Plan && w.reloads == m.reloads && w.key == k {
+		if w := &set[i]; w.owner == owner && w.key == k {
 			f = w
 			break
 		}
 	}
-	if f != nil && !m.frontFree(f, now) {
+	if f != nil && !frontFree(f, owner, now) {
 		t := f.t
-		f.plan = nil
+		f.owner = 0
 		return t, false
 	}
 	v := f
 	for i := range set {
-		if v == nil && m.frontFree(&set[i], now) {
+		if v == nil && frontFree(&set[i], owner, now) {
 			v = &set[i]
 		}
 	}
 	if v == nil {
 		return now, false
 	}
-	*v = frontWay{key: k, t: now + inc, plan: m.Plan, reloads: m.reloads}
+	*v = frontWay{key: k, t: now + inc, owner: owner}
 	return 0, true
 }
 
