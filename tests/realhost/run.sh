@@ -47,6 +47,8 @@ rh_flood_pid=
 cleanup() {
 	local rc=$?
 	flood_stop
+	# The guest's serial console (a panic reboots it: panic=-1) stays with the run.
+	[[ -f $RH_WORK/console.log ]] && cp "$RH_WORK/console.log" "$raw/console.log"
 	rh_down
 	exit "$rc"
 }
