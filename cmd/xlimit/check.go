@@ -92,6 +92,9 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 			if err := loader.CheckXDPTxPeer(iface); errors.Is(err, loader.ErrVethPeerNoXDP) {
 				fmt.Fprintf(e.stderr, "warning: %s: interfaces: %v (rules %s)\n", file, err, strings.Join(names, ", "))
 			}
+			if err := loader.CheckXDPTxQueues(iface); errors.Is(err, loader.ErrVirtioSharedXDPTx) {
+				fmt.Fprintf(e.stderr, "warning: %s: interfaces: %v (rules %s)\n", file, err, strings.Join(names, ", "))
+			}
 		}
 	}
 	fmt.Fprintf(e.stdout, "%s: ok (%d rules)\n", file, len(cfg.Rules))
