@@ -376,3 +376,63 @@ func TestResetAddressing(t *testing.T) {
 		t.Errorf("a second later: XDP return code %d, want XDP_TX", ret)
 	}
 }
+
+// TestFragmentWholeDatagrams is issue 26's finding at the kernel tier: a
+// byte rule of 200 kB/s offered 60 kB datagrams at 3 MB/s (50 a second,
+// 41 or 42 fragments each) for four seconds of the fake clock. Charged
+// fragment by fragment, the rule's tokens were spread over every
+// datagram's first fragments and 1 of 200 arrived whole; decided for the
+// whole datagram at its first fragment, each datagram passes whole or not
+// at all, and the rule passes as many whole datagrams as its rate carries
+// (rate × time ÷ a datagram's frames), within its rate and burst. With a
+// burst smaller than a datagram the bucket lends at most one datagram.
+func TestFragmentWholeDatagrams(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		burst float64
+	}{{"burst 64 kB", 65535}, {"burst 20 kB (under a datagram)", 20000}} {
+		for _, src := range []netip.Addr{srcA4, srcA6} {
+			t.Run(c.name+map[bool]string{true: " IPv4", false: " IPv6"}[src.Is4()], func(t *testing.T) {
+				h := newHarness(t)
+				const rate = 200e3
+				h.apply(t, compile(t, fragSpec("", rate, c.burst, true), nil))
+				now := uint64(1000 * second)
+				const perSecond, seconds = 50, 4
+				whole, partial, delivered, cost := 0, 0, 0, 0
+				for i := range perSecond * seconds {
+					frames := datagram(src, 53, uint16(i+1), 60000)
+					cost = 0
+					for _, f := range frames {
+						cost += len(f)
+					}
+					passed, bytes := h.runAll(t, frames, now)
+					delivered += bytes
+					switch passed {
+					case len(frames):
+						whole++
+					case 0:
+					default:
+						partial++
+					}
+					now += second / perSecond
+				}
+				h.checkCounters(t)
+				carry := rate * seconds / float64(cost)
+				// The rate, the burst, and one datagram lent when it is larger
+				// than the burst.
+				limit := rate*seconds + max(c.burst, float64(cost))
+				t.Logf("%d of %d datagrams whole (the rate carries %.1f of %d B), %d partial; delivered %.1f kB/s (limit %.0f kB/s + %.0f B burst)",
+					whole, perSecond*seconds, carry, cost, partial, float64(delivered)/seconds/1e3, rate/1e3, c.burst)
+				if partial != 0 {
+					t.Errorf("%d datagrams passed in part: their fragments took tokens the host cannot use", partial)
+				}
+				if float64(whole) < 0.8*carry {
+					t.Errorf("%d datagrams whole, want at least 80 %% of the %.1f the rate carries", whole, carry)
+				}
+				if float64(delivered) > limit {
+					t.Errorf("delivered %d bytes in %d s, over %.0f", delivered, seconds, limit)
+				}
+			})
+		}
+	}
+}
