@@ -20,7 +20,8 @@ import (
 // datagram returns the fragments of one UDP datagram from src to port with
 // payload bytes, IP ID id, each fragment carrying at most 1480 bytes of IP
 // payload (1448 for IPv6, after the fragment header): the first with the
-// UDP header, the others only data.
+// UDP header, whose length is the whole datagram's (as a sender writes
+// it), the others only data.
 func datagram(src netip.Addr, port uint16, id uint16, payload int) [][]byte {
 	chunk := 1480
 	var ext []uint8
@@ -39,8 +40,13 @@ func datagram(src netip.Addr, port uint16, id uint16, payload int) [][]byte {
 			s.PayloadLen = n
 		}
 		b := frame.MustBuild(s)
+		l4 := 14 + 20
 		if src.Is6() {
 			binary.BigEndian.PutUint32(b[14+40+4:], uint32(id)) // the fragment header's identification
+			l4 = 14 + 40 + 8
+		}
+		if off == 0 {
+			binary.BigEndian.PutUint16(b[l4+4:], uint16(total)) // the UDP length: the whole datagram's
 		}
 		out = append(out, b)
 	}
@@ -146,9 +152,40 @@ func TestFragmentVerdicts(t *testing.T) {
 					c.Packets[dataplane.VerdictPass], c.Bytes[dataplane.VerdictPass], len(frames), want)
 			}
 		})
-		t.Run(fam+"a dropped fragment drops the rest uncharged", func(t *testing.T) {
-			// Room for two full fragments and a bit: the third is dropped.
+		t.Run(fam+"a datagram larger than the burst is lent once, then refused whole", func(t *testing.T) {
 			slot, frames := rule(t, "", 16, 3200, true, 53, 8000)
+			before := h.slotCounters(t, slot)
+			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
+				t.Errorf("%d of %d fragments passed, want all (the full bucket lends the datagram)", passed, len(frames))
+			}
+			id++
+			if passed, _ := h.runAll(t, datagram(src, 53, id, 8000), now); passed != 0 {
+				t.Errorf("%d fragments of the next datagram passed, want none (the bucket owes the first)", passed)
+			}
+			c := h.slotCounters(t, slot).Sub(before)
+			if c.Reasons[dataplane.ReasonRule] != 1 || c.Reasons[dataplane.ReasonFragment] != uint64(len(frames)-1) {
+				t.Errorf("rule reasons %s: want rule:1 fragment:%d", fmtCounters(c), len(frames)-1)
+			}
+		})
+		t.Run(fam+"a packet rule charges a whole datagram its fragments", func(t *testing.T) {
+			_, frames := rule(t, "", 1, 10, false, 53, 8000) // 6 fragments of 10 packets
+			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
+				t.Errorf("%d of %d fragments passed, want all", passed, len(frames))
+			}
+			id++
+			if passed, _ := h.runAll(t, datagram(src, 53, id, 8000), now); passed != 0 {
+				t.Errorf("%d fragments of a second datagram passed, want none (4 packets left of 10)", passed)
+			}
+		})
+		t.Run(fam+"undeclared size: a dropped fragment drops the rest uncharged", func(t *testing.T) {
+			// A UDP length that ends in the first fragment tells no size:
+			// the fragments are charged one by one.
+			slot, frames := rule(t, "", 16, 3200, true, 53, 8000)
+			l4 := 14 + 20
+			if src.Is6() {
+				l4 = 14 + 40 + 8
+			}
+			binary.BigEndian.PutUint16(frames[0][l4+4:], uint16(len(frames[0])-l4))
 			before := h.slotCounters(t, slot)
 			if passed, _ := h.runAll(t, frames, now); passed != 2 {
 				t.Errorf("%d fragments passed, want 2", passed)
@@ -157,6 +194,24 @@ func TestFragmentVerdicts(t *testing.T) {
 			if c.Reasons[dataplane.ReasonRule] != 1 || c.Reasons[dataplane.ReasonFragment] != uint64(len(frames)-3) {
 				t.Errorf("rule reasons %s: want rule:1 fragment:%d", fmtCounters(c), len(frames)-3)
 			}
+		})
+		t.Run(fam+"fragments beyond the declared datagram are dropped", func(t *testing.T) {
+			_, frames := rule(t, "", 1e6, 1e6, true, 53, 8000)
+			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
+				t.Errorf("%d of %d fragments passed, want all", passed, len(frames))
+			}
+			for _, f := range frames[1:3] { // repeated: beyond what the first paid for
+				if pass, res := h.run(t, f, now); pass || res.Reason != dataplane.ReasonFragment {
+					t.Errorf("a fragment beyond its datagram: pass=%v %v, want drop fragment", pass, res.Reason)
+				}
+			}
+		})
+		t.Run(fam+"a later fragment before its first is an orphan", func(t *testing.T) {
+			_, frames := rule(t, "", 1e6, 1e6, true, 53, 8000)
+			if pass, res := h.run(t, frames[2], now); pass || res.Reason != dataplane.ReasonFragOrphan {
+				t.Errorf("reordered fragment: pass=%v %v, want drop fragment_orphan", pass, res.Reason)
+			}
+			h.runAll(t, append(frames[:2:2], frames[3:]...), now)
 		})
 		t.Run(fam+"dropped first fragment drops the rest", func(t *testing.T) {
 			_, frames := rule(t, "", 1, 1, false, 53, 3000)
