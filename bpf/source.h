@@ -220,7 +220,7 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		cr->credit -= inc;
 		return 1;
 	}
-	__u64 t = xl_time(now);
+	__u64 t = xl_time_inline(now);
 	__u64 now_u = t << XL_TIME_SHIFT;
 	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, kp);
 	if (!s) {

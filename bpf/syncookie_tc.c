@@ -22,6 +22,7 @@
 /* bucket.h: the state is brought to the units of its settings before
  * xl_cookie_charge (xl_cookie_units), not inside it. */
 #define XL_UNITS_EARLY
+#define XL_CLOCK_INLINE
 #include "bucket.h"
 #include "clock.h"
 #include "conns.h"

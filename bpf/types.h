@@ -428,8 +428,11 @@ struct xl_frag_key {
 
 /* What the first fragment of a datagram decided for the rest (state). */
 struct xl_frag {
-	__u64 rules;   /* port rules that take fragments and matched it */
+	__u64 rules;   /* port rules that take fragments, matched it, charge each fragment */
+	__u64 whole;   /* port rules that charged the whole datagram at its first and admitted it */
 	__u32 dropped; /* slot + 1 of the rule that dropped a fragment, or 0 */
+	__s32 bytes;   /* whole: frame bytes its later fragments may still bring */
+	__s32 frags;   /* whole: later fragments it may still have */
 	__u32 _pad;
 };
 

@@ -95,7 +95,14 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	if (lim)
 		b = &lim->bucket;
 	xl_cache_claim(c, r, b, slot);
-	inc = xl_bucket_inc(b, (r->flags & XL_RULE_BYTES) ? len : 1);
+	__u64 cost = (r->flags & XL_RULE_BYTES) ? len : 1;
+	/* A first fragment: the rule may decide for its whole datagram and
+	 * charge all of it in one take below (frag.h). Asked again there
+	 * rather than kept in a flag, which would double the verifier's
+	 * paths in between. */
+	if (pkt->first_frag)
+		xl_frag_whole(ctx, pkt, key, r->flags, &cost);
+	inc = xl_bucket_inc(b, cost);
 	/* A SYN for the cookie path: answered, dropped unanswered (the
 	 * answering policy refuses it), or, when XDP cannot answer it (a
 	 * spent budget, say), on to the gates and the bucket as without
@@ -142,7 +149,9 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		reason = XL_REASON_SOURCE;
 		goto out;
 	}
-	if (xl_rule_admit(c, st, b, inc, xl_runs(r), now)) {
+	if (pkt->first_frag && xl_frag_whole(ctx, pkt, key, r->flags, NULL)
+		? xl_frag_take_units(st, b, inc, xl_time(now))
+		: xl_rule_admit(c, st, b, inc, xl_runs(r), now)) {
 		verdict = XL_VERDICT_PASS;
 		reason = XL_REASON_ADMIT;
 	}
@@ -244,18 +253,15 @@ int xlimit_xdp(struct xdp_md *ctx)
 	/* A flood's packet that this CPU's memo answers (flood.h). */
 	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(&zero, mask, pkt.syn, len))
 		return XDP_DROP;
-	/* Later fragments take their datagram's port rules (frag.h). */
-	struct xl_frag *frag = NULL;
+	/* Later fragments take their datagram's port rules, or pass on its
+	 * first fragment's decision (frag.h). */
 	if (pkt.fragment && xl_frag_followed(&pkt, g)) {
-		__u32 slot = XL_GLOBAL_SLOT;
-		__u32 why = xl_frag_follow(&pkt, &mask, &frag, &slot);
-		if (why) {
+		reason = xl_frag_later(ctx, &pkt);
+		if (reason > XL_REASON_ADMIT) {
 			verdict = XL_VERDICT_DROP;
-			reason = why;
-			if (slot < XL_MAX_RULES)
-				xl_count(slot, verdict, reason, len);
 			goto out;
 		}
+		mask |= xl_frag_rules(&pkt);
 	}
 
 	__u64 now = 0;
@@ -284,7 +290,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 				g->resp_time & (~g->src_filtered | (src ? src->rules : 0)),
 				XL_RESP_ARGS(&pkt));
 	if (pkt.first_frag | pkt.fragment)
-		xl_frag_done(&pkt, g, frag, mask, dropped);
+		xl_frag_done(ctx, &pkt, gen, g, mask, dropped);
 	goto out;
 
 malformed:

@@ -94,7 +94,10 @@ type resptimeXlFlowKey struct {
 type resptimeXlFrag struct {
 	_       structs.HostLayout
 	Rules   uint64
+	Whole   uint64
 	Dropped uint32
+	Bytes   int32
+	Frags   int32
 	Pad     uint32
 }
 

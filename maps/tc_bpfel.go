@@ -142,7 +142,10 @@ type tcXlFlowKey struct {
 type tcXlFrag struct {
 	_       structs.HostLayout
 	Rules   uint64
+	Whole   uint64
 	Dropped uint32
+	Bytes   int32
+	Frags   int32
 	Pad     uint32
 }
 

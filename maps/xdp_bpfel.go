@@ -160,7 +160,10 @@ type xdpXlFlowKey struct {
 type xdpXlFrag struct {
 	_       structs.HostLayout
 	Rules   uint64
+	Whole   uint64
 	Dropped uint32
+	Bytes   int32
+	Frags   int32
 	Pad     uint32
 }
 

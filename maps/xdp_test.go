@@ -426,7 +426,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_answer_counters", binary.Size(xdpXlAnswerCounters{}), 8 * (2*int(dataplane.AnswerMax) + 1)},
 		{"sizeof xl_cookie_link", binary.Size(xdpXlCookieLink{}), 8},
 		{"sizeof xl_frag_key", binary.Size(xdpXlFragKey{}), 40},
-		{"sizeof xl_frag", binary.Size(xdpXlFrag{}), 16},
+		{"sizeof xl_frag", binary.Size(xdpXlFrag{}), 32},
 		{"sizeof xl_host_key", binary.Size(xdpXlHostKey{}), 24},
 		{"sizeof xl_host_addr", binary.Size(xdpXlHostAddr{}), 8},
 		{"xl_lpm6_key.addr", len(k6.Addr), 16},

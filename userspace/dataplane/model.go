@@ -40,6 +40,9 @@ type Model struct {
 	// flood is the CPU's flood memo (bpf/flood.h); reloads counts Reload.
 	flood   floodMemo
 	reloads uint64
+	// wholeRule: the rule being applied decides for a first fragment's
+	// whole datagram (frag.go), and applyRuleBuckets takes its cost whole.
+	wholeRule bool
 }
 
 // floodMemo is the Go model of struct xl_flood: the last drop in a run,
@@ -181,12 +184,6 @@ type Gate struct {
 	Round  uint32
 }
 
-// fragState is what a datagram's first fragment decided (struct xl_frag).
-type fragState struct {
-	rules   uint64
-	dropped int // slot + 1 of the rule that dropped a fragment, or 0
-}
-
 type bucketState struct {
 	tat      uint64
 	units    uint64 // the tolerance tat and resetTAT were written under (0: unknown)
@@ -318,20 +315,23 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 			m.Counters[e.dropped-1].count(VerdictDrop, ReasonFragment, uint64(pkt.Len))
 			return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
 		}
+		if !m.fragLater(e, pkt.Len) {
+			return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
+		}
 		mask |= e.rules
 		frag = e
 	}
-	res, dropped := m.applyRules(frame, mask, &pkt, nowNS)
+	res, dropped, whole := m.applyRules(frame, mask, &pkt, nowNS)
 	switch {
 	case frag != nil:
 		if dropped != 0 {
 			frag.dropped = dropped
 		}
-	case pkt.FirstFrag && m.fragFollowed(&pkt):
-		if m.frags == nil {
-			m.frags = make(map[FragKey]*fragState)
+		if res.Reason == ReasonNoRule && frag.whole != 0 {
+			res.Reason = ReasonAdmit
 		}
-		m.frags[pkt.FragKey()] = &fragState{rules: mask & g.FragMatch[pkt.Proto], dropped: dropped}
+	case pkt.FirstFrag && m.fragFollowed(&pkt):
+		m.fragRecord(frame, &pkt, mask&g.FragMatch[pkt.Proto], whole, dropped)
 	}
 	return res
 }
@@ -343,13 +343,15 @@ func (m *Model) fragFollowed(pkt *Packet) bool {
 }
 
 // applyRules runs the rules of mask in slot order until one drops the
-// packet. It returns the result and the dropping slot + 1 (0: none).
-func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64) (Result, int) {
+// packet. It returns the result, the dropping slot + 1 (0: none), and the
+// rules that admitted a first fragment's whole datagram.
+func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64) (Result, int, uint64) {
 	p := m.Plan
 	res := Result{Verdict: VerdictPass, Reason: ReasonNoRule}
 	if mask != 0 {
 		res.Reason = ReasonAdmit
 	}
+	var whole uint64
 	for i := range MaxRules {
 		if mask>>i == 0 {
 			break
@@ -361,16 +363,20 @@ func (m *Model) applyRules(frame []byte, mask uint64, pkt *Packet, nowNS uint64)
 		if !r.Active() {
 			continue
 		}
+		m.wholeRule = false
 		v, why, reset, cookie := m.applyRule(frame, r, i, pkt, mask, nowNS)
 		if v == VerdictDrop && r.Flags&RuleShadow != 0 {
 			v = VerdictWouldDrop
 		}
 		m.Counters[i].count(v, why, uint64(pkt.Len))
 		if v == VerdictDrop {
-			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset, Cookie: cookie}, i + 1
+			return Result{Verdict: VerdictDrop, Reason: why, Reset: reset, Cookie: cookie}, i + 1, whole
+		}
+		if m.wholeRule && v == VerdictPass {
+			whole |= 1 << i
 		}
 	}
-	return res, 0
+	return res, 0, whole
 }
 
 func (m *Model) match(pkt *Packet, src *PrefixEntry) uint64 {
@@ -426,6 +432,10 @@ func (m *Model) applyRuleCookie(frame []byte, r *Rule, slot int, pkt *Packet, ma
 	cost := uint64(1)
 	if r.Flags&RuleBytes != 0 {
 		cost = uint64(pkt.Len)
+	}
+	// A first fragment: the rule may decide for its whole datagram (frag.go).
+	if whole, ok := m.fragWhole(frame, r, slot, pkt); ok {
+		cost, m.wholeRule = whole, true
 	}
 	inc := b.Inc(cost)
 	answer := AnswerMax
@@ -508,7 +518,13 @@ func (m *Model) applyRuleBuckets(frame []byte, r *Rule, slot int, pkt *Packet, m
 	if r.Flags&RulePerSource != 0 && !m.sourceAdmit(r, slot, pkt, nowNS) {
 		return refuse(ReasonSource)
 	}
-	if c.Admit(&st.tat, &st.units, &st.resetTAT, b, inc, nowNS, runs) {
+	whole := m.wholeRule
+	if whole {
+		// The whole datagram's take, in the units of the settings in
+		// force as every take is (bucket.h, xl_state_units).
+		UnitsClaim(&st.units, &st.tat, &st.resetTAT, b.Tol, nowNS<<TimeShift)
+	}
+	if whole && FragTake(&st.tat, b, inc, nowNS) || !whole && c.Admit(&st.tat, &st.units, &st.resetTAT, b, inc, nowNS, runs) {
 		return VerdictPass, ReasonAdmit, false
 	}
 	return refuse(ReasonRule)
