@@ -401,16 +401,31 @@ __noinline int xl_cookie_parse_opts(const struct xl_tcp_copy *th, __u32 hdr_len,
 	return 0;
 }
 
-static __always_inline __u16 xl_cookie_fold(__s64 sum)
+/* The one's complement sum of n 32-bit words at p, added to sum: summed
+ * in 64 bits, folded by xl_cookie_fold. Inline loads and adds: a call of
+ * bpf_csum_diff per range cost more than the sum itself. */
+static __always_inline __u64 xl_cookie_sum(const __u32 *p, int n, __u64 sum)
 {
-	__u64 s = (__u64)sum & 0xffffffff;
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		sum += p[i];
+	return sum;
+}
+
+/* The checksum field for a sum of 32-bit words (in the packet's byte
+ * order, as they were loaded). */
+static __always_inline __u16 xl_cookie_fold(__u64 s)
+{
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
 	s = (s & 0xffff) + (s >> 16);
 	s = (s & 0xffff) + (s >> 16);
 	return (__u16)~s;
 }
 
-/* The options of the SYN-ACK (XL_COOKIE_OPTS bytes), for a SYN with
- * options o, a cookie whose MSS has index mss_idx, announcing mss. */
+/* Writes the options of the SYN-ACK (XL_COOKIE_OPTS bytes) at out, in the
+ * packet, for a SYN with options o, announcing mss, with the TS low byte
+ * tsopt. */
 static __always_inline void xl_cookie_opts(__u8 *out, const struct xl_syn_opts *o, __u16 mss,
 					   __u32 tsopt, __u64 now)
 {
@@ -418,13 +433,13 @@ static __always_inline void xl_cookie_opts(__u8 *out, const struct xl_syn_opts *
 	out[1] = 4;
 	out[2] = mss >> 8;
 	out[3] = mss & 0xff;
-	__builtin_memset(out + 4, 1, XL_COOKIE_OPTS - 4);
-	if (!o->ts)
+	if (!o->ts) {
+		__builtin_memset(out + 4, 1, XL_COOKIE_OPTS - 4);
 		return;
-	if (o->sack) {
-		out[4] = 4;
-		out[5] = 2;
 	}
+	/* SACK_PERM or NOP NOP. */
+	out[4] = o->sack ? 4 : 1;
+	out[5] = o->sack ? 2 : 1;
 	/* tsval: a millisecond-ish clock with the options in its low byte. */
 	__u32 tsval = ((__u32)(now >> 20) & ~0xffu) | tsopt;
 	out[6] = 8;
@@ -437,10 +452,16 @@ static __always_inline void xl_cookie_opts(__u8 *out, const struct xl_syn_opts *
 	out[13] = o->tsval >> 16;
 	out[14] = o->tsval >> 8;
 	out[15] = o->tsval;
+	/* NOP and the window scale, or four NOPs. */
+	out[16] = 1;
 	if (o->wscale != XL_TSOPT_WSCALE_NONE) {
 		out[17] = 3;
 		out[18] = 3;
 		out[19] = XL_COOKIE_RCV_WSCALE;
+	} else {
+		out[17] = 1;
+		out[18] = 1;
+		out[19] = 1;
 	}
 }
 
@@ -476,16 +497,21 @@ static __always_inline int xl_cookie_resize(struct xdp_md *ctx, __u32 want)
 	return 0;
 }
 
-/* Rewrites the IPv4 SYN at l3 into its SYN-ACK with a cookie, the kernel's
- * plus off, announcing mss. Returns 0 to send it (XDP_TX), -1 when it
- * cannot be answered. */
-static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3, __u16 mss, __u32 off,
-					     __u64 now)
+/* Rewrites the SYN at l3, a plain IP header of family (4 or 6, a
+ * constant at each call: one source for both, specialized by the
+ * compiler), into its SYN-ACK with a cookie, the kernel's plus off,
+ * announcing mss, stamped with now. Returns 0 to send it (XDP_TX), -1
+ * when it cannot be answered. The frame is rewritten once, in place:
+ * Ethernet and IP fields swapped and set, the TCP header and options
+ * written over the SYN's, both checksums summed inline. */
+static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 family, __u16 mss,
+					    __u32 off, __u64 now)
 {
+	const __u32 iplen = family == 4 ? sizeof(struct xl_iphdr) : sizeof(struct xl_ipv6hdr);
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct xl_iphdr *ip = data + l3;
-	struct xl_tcphdr *tcp = (void *)(ip + 1);
+	void *ip = data + l3;
+	struct xl_tcphdr *tcp = ip + iplen;
 	if ((void *)(tcp + 1) > end)
 		return -1;
 	__u32 hl = (tcp->doff_res >> 4) * 4;
@@ -500,25 +526,24 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3, __u16
 	asm volatile("%0 &= 0x3c" : "+r"(n));
 	if (n < sizeof(*tcp))
 		return -1;
-	if (bpf_xdp_load_bytes(ctx, l3 + sizeof(*ip), th.b, n))
+	if (bpf_xdp_load_bytes(ctx, l3 + iplen, th.b, n))
 		return -1;
 	struct xl_syn_opts o = {};
 	xl_cookie_parse_opts(&th, n, &o);
 	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
-	__s64 c = bpf_tcp_raw_gen_syncookie_ipv4((void *)ip, (void *)th.b, n);
+	__s64 c = family == 4 ? bpf_tcp_raw_gen_syncookie_ipv4(ip, (void *)th.b, n)
+			      : bpf_tcp_raw_gen_syncookie_ipv6(ip, (void *)th.b, n);
 	if (c < 0)
 		return -1;
-	__u32 idx = xl_cookie_mss_index(4, (__u32)(c >> 32) & 0xffff);
-	__u8 opts[XL_COOKIE_OPTS];
-	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
+	__u32 tsopt = xl_cookie_tsopt(&o, ecn, xl_cookie_mss_index(family, (__u32)(c >> 32) & 0xffff));
 
-	if (xl_cookie_resize(ctx, l3 + sizeof(*ip) + sizeof(*tcp) + XL_COOKIE_OPTS))
+	if (xl_cookie_resize(ctx, l3 + iplen + sizeof(*tcp) + XL_COOKIE_OPTS))
 		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	struct xl_ethhdr *eth = data;
 	ip = data + l3;
-	tcp = (void *)(ip + 1);
+	tcp = ip + iplen;
 	__u8 *op = (void *)(tcp + 1);
 	if ((void *)(eth + 1) > end || (void *)(op + XL_COOKIE_OPTS) > end)
 		return -1;
@@ -526,101 +551,44 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3, __u16
 	__builtin_memcpy(mac, eth->dst, 6);
 	__builtin_memcpy(eth->dst, eth->src, 6);
 	__builtin_memcpy(eth->src, mac, 6);
-	__be32 a = ip->saddr;
-	ip->saddr = ip->daddr;
-	ip->daddr = a;
-	ip->tos = 0;
-	ip->tot_len = bpf_htons(sizeof(*ip) + sizeof(*tcp) + XL_COOKIE_OPTS);
-	ip->id = 0;
-	ip->frag_off = bpf_htons(0x4000); /* DF */
-	ip->ttl = XL_COOKIE_TTL;
-	ip->check = 0;
-	ip->check = xl_cookie_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, sizeof(*ip), 0));
-	xl_cookie_tcp(tcp, (__u32)c + off, ecn);
-	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
-
-	/* The pseudo-header: both addresses straight from the packet (the
-	 * sum does not depend on their order), then zero, protocol, length.
-	 * Nothing of it on the stack: 6.1 bounds the stack of the whole call
-	 * chain to 512 bytes. */
-	__be32 ph = bpf_htonl(IPPROTO_TCP << 16 | (sizeof(*tcp) + XL_COOKIE_OPTS));
-	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ip->saddr, 8, 0);
-	sum = bpf_csum_diff(NULL, 0, &ph, sizeof(ph), sum);
-	tcp->check = xl_cookie_fold(
-	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
-	return 0;
-}
-
-/* As xl_cookie_answer4, for IPv6 without extension headers. */
-static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3, __u16 mss, __u32 off,
-					     __u64 now)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct xl_ipv6hdr *ip6 = data + l3;
-	struct xl_tcphdr *tcp = (void *)(ip6 + 1);
-	if ((void *)(tcp + 1) > end)
-		return -1;
-	__u32 hl = (tcp->doff_res >> 4) * 4;
-	if (hl < sizeof(*tcp) || hl > 60)
-		return -1;
-	__u8 flags = tcp->flags;
-
-	struct xl_tcp_copy th = {};
-	/* Opaque to the compiler, so that it keeps the bound check the
-	 * verifier needs right before the helper. */
-	__u32 n = hl;
-	asm volatile("%0 &= 0x3c" : "+r"(n));
-	if (n < sizeof(*tcp))
-		return -1;
-	if (bpf_xdp_load_bytes(ctx, l3 + sizeof(*ip6), th.b, n))
-		return -1;
-	struct xl_syn_opts o = {};
-	xl_cookie_parse_opts(&th, n, &o);
-	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
-	__s64 c = bpf_tcp_raw_gen_syncookie_ipv6((void *)ip6, (void *)th.b, n);
-	if (c < 0)
-		return -1;
-	__u32 idx = xl_cookie_mss_index(6, (__u32)(c >> 32) & 0xffff);
-	__u8 opts[XL_COOKIE_OPTS];
-	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
-
-	if (xl_cookie_resize(ctx, l3 + sizeof(*ip6) + sizeof(*tcp) + XL_COOKIE_OPTS))
-		return -1;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	struct xl_ethhdr *eth = data;
-	ip6 = data + l3;
-	tcp = (void *)(ip6 + 1);
-	__u8 *op = (void *)(tcp + 1);
-	if ((void *)(eth + 1) > end || (void *)(op + XL_COOKIE_OPTS) > end)
-		return -1;
-	__u8 mac[6];
-	__builtin_memcpy(mac, eth->dst, 6);
-	__builtin_memcpy(eth->dst, eth->src, 6);
-	__builtin_memcpy(eth->src, mac, 6);
-	/* Swapped a word at a time, in registers. */
-	__u32 *sa = (__u32 *)ip6->saddr, *da = (__u32 *)ip6->daddr;
+	/* The pseudo-header's length and protocol (the addresses are summed
+	 * from the packet: their order does not change the sum). */
+	__u64 sum;
+	if (family == 4) {
+		struct xl_iphdr *ip4 = ip;
+		__be32 a = ip4->saddr;
+		ip4->saddr = ip4->daddr;
+		ip4->daddr = a;
+		ip4->tos = 0;
+		ip4->tot_len = bpf_htons(sizeof(*ip4) + sizeof(*tcp) + XL_COOKIE_OPTS);
+		ip4->id = 0;
+		ip4->frag_off = bpf_htons(0x4000); /* DF */
+		ip4->ttl = XL_COOKIE_TTL;
+		ip4->check = 0;
+		ip4->check = xl_cookie_fold(xl_cookie_sum(ip, sizeof(*ip4) / 4, 0));
+		sum = xl_cookie_sum((__u32 *)&ip4->saddr, 2,
+				    bpf_htonl(IPPROTO_TCP << 16 | (sizeof(*tcp) + XL_COOKIE_OPTS)));
+	} else {
+		struct xl_ipv6hdr *ip6 = ip;
+		/* Swapped a word at a time, in registers. */
+		__u32 *sa = (__u32 *)ip6->saddr, *da = (__u32 *)ip6->daddr;
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
-		__u32 w = sa[i];
-		sa[i] = da[i];
-		da[i] = w;
+		for (int i = 0; i < 4; i++) {
+			__u32 w = sa[i];
+			sa[i] = da[i];
+			da[i] = w;
+		}
+		ip6->ver_tc_flow = bpf_htonl(6 << 28);
+		ip6->payload_len = bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS);
+		ip6->nexthdr = IPPROTO_TCP;
+		ip6->hop_limit = XL_COOKIE_TTL;
+		sum = xl_cookie_sum((__u32 *)ip6->saddr, 8,
+				    (__u64)bpf_htonl(sizeof(*tcp) + XL_COOKIE_OPTS) +
+					bpf_htonl(IPPROTO_TCP));
 	}
-	ip6->ver_tc_flow = bpf_htonl(6 << 28);
-	ip6->payload_len = bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS);
-	ip6->nexthdr = IPPROTO_TCP;
-	ip6->hop_limit = XL_COOKIE_TTL;
 	xl_cookie_tcp(tcp, (__u32)c + off, ecn);
-	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
-
-	/* The pseudo-header: both addresses straight from the packet, then
-	 * the length and the next header (see xl_cookie_answer4). */
-	__be32 ph[2] = {bpf_htonl(sizeof(*tcp) + XL_COOKIE_OPTS), bpf_htonl(IPPROTO_TCP)};
-	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)ip6->saddr, 32, 0);
-	sum = bpf_csum_diff(NULL, 0, ph, sizeof(ph), sum);
-	tcp->check = xl_cookie_fold(
-	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
+	xl_cookie_opts(op, &o, mss, tsopt, now);
+	tcp->check = xl_cookie_fold(xl_cookie_sum((__u32 *)tcp, (sizeof(*tcp) + XL_COOKIE_OPTS) / 4, sum));
 	return 0;
 }
 
@@ -702,9 +670,10 @@ static __always_inline int xl_cookie_fallback(__u32 class)
 /* Rewrites the SYN in ctx, which the rule of key (generation * 64 + slot)
  * answers (xl_cookie_take said so), into its SYN-ACK with a cookie.
  * Counts it sent, or unanswerable when the frame cannot be rewritten (no
- * tailroom). Returns XDP_TX, or XDP_DROP. A global function: verified
- * once, not once per slot. */
-__noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key)
+ * tailroom). now is the packet's time, which xl_cookie_take read for the
+ * budget (0: read here). Returns XDP_TX, or XDP_DROP. A global function:
+ * verified once, not once per slot. */
+__noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key, __u64 now)
 {
 	__u32 gen = key / XL_MAX_RULES;
 	__u32 slot = key % XL_MAX_RULES;
@@ -719,16 +688,17 @@ __noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u
 	__u32 l3 = pkt->l3_off;
 	if (l3 > XL_ANSWER_L3_MAX)
 		return XDP_DROP;
-	__u64 now = XL_NOW();
+	if (!now)
+		now = XL_NOW();
 	__u32 off = lk->offset + 4 * slot;
 	/* The MSS: a test's override, else the interface's (its MTU). */
 	__u16 mss4 = cfg->mss4 ? cfg->mss4 : lk->mss4;
 	__u16 mss6 = cfg->mss6 ? cfg->mss6 : lk->mss6;
 	int err;
 	if (pkt->family == 4)
-		err = xl_cookie_answer4(ctx, l3, mss4 ? mss4 : 1460, off, now);
+		err = xl_cookie_answer(ctx, l3, 4, mss4 ? mss4 : 1460, off, now);
 	else
-		err = xl_cookie_answer6(ctx, l3, mss6 ? mss6 : 1440, off, now);
+		err = xl_cookie_answer(ctx, l3, 6, mss6 ? mss6 : 1440, off, now);
 	if (err) {
 		cnt->unanswerable++;
 		return XDP_DROP;
