@@ -100,8 +100,9 @@ func cookieGoldenSYNs(tb testing.TB) []struct {
 // With XLIMIT_COOKIE_GOLDEN_OUT it writes the answers, one hex line per
 // SYN, to that file; with XLIMIT_COOKIE_GOLDEN_IN it compares them byte
 // for byte with such a file written by another build of the program (the
-// proof that a rewrite of the answer answers exactly as before: the
-// cookie is the kernel's, the same for both within the same minute).
+// proof that a rewrite of the answer answers exactly as before). The
+// cookie is the kernel's, which changes every minute (its counter,
+// tcp_cookie_time): write and compare within the same minute.
 func TestCookieAnswerGolden(t *testing.T) {
 	h := newHarness(t)
 	spec := &dataplane.Spec{CookieRate: 1e6, MSS4: 1400, MSS6: 1380, Rules: []dataplane.RuleSpec{{
