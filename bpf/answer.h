@@ -130,37 +130,6 @@ static __always_inline int xl_answer_martian6(const __u8 *a)
  * counted as the class it carries. */
 #define XL_ANSWER_UNLISTED 0x80
 
-/* A host key (struct xl_host_key) as the three 64-bit words it is
- * written in. */
-union xl_answer_key {
-	struct xl_host_key k;
-	__u64 w[3];
-};
-
-/* Two 32-bit words, a the first in memory, as one 64-bit word. */
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define XL_ANSWER_W64(a, b) ((__u64)(a) | (__u64)(b) << 32)
-#else
-#define XL_ANSWER_W64(a, b) ((__u64)(a) << 32 | (__u64)(b))
-#endif
-/* The 32-bit word of memory whose first two bytes are those of x. */
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define XL_ANSWER_HI16(x) ((__u32)(x))
-#else
-#define XL_ANSWER_HI16(x) ((__u32)(x) << 16)
-#endif
-
-/* Writes the host key of kind whose address is the words a0..a3 (in the
- * packet's byte order; the unused ones 0). */
-static __always_inline void xl_answer_key(union xl_answer_key *k, __u32 kind, __u32 a0, __u32 a1,
-					  __u32 a2, __u32 a3)
-{
-	_Static_assert(sizeof(struct xl_host_key) == sizeof(k->w), "xl_host_key: three words");
-	k->w[0] = XL_ANSWER_W64(kind, a0);
-	k->w[1] = XL_ANSWER_W64(a1, a2);
-	k->w[2] = XL_ANSWER_W64(a3, 0);
-}
-
 /* Whether the host key k, its address filled, is one of the host's. */
 static __always_inline int xl_answer_host(const struct xl_host_key *k)
 {
@@ -204,40 +173,46 @@ static __always_inline __u32 xl_answer_class(struct xdp_md *ctx, const struct xl
 	if (eth->src[0] & 1)
 		return XL_ANSWER_SRC_MAC;
 
-	/* The addresses are read from the packet in words, and each key is
-	 * written whole, a 64-bit word at a time (xl_answer_key): the hash
-	 * map reads the key back in words, and a load over several narrower
-	 * stores just made waits for them to reach the cache. */
-	union xl_answer_key k;
-	__u32 s0, s1 = 0, s2 = 0, s3 = 0, d0, d1 = 0, d2 = 0, d3 = 0;
+	/* The addresses are read from the packet into the key as needed: no
+	 * other copy on the stack. */
+	struct xl_host_key k = {};
+	const __u8 *src, *dst;
 	if (v4) {
 		struct xl_iphdr *ip = data + l3;
 		if ((void *)(ip + 1) > end)
 			return XL_ANSWER_SHAPE;
-		if (xl_answer_martian4((const __u8 *)&ip->saddr))
+		src = (const __u8 *)&ip->saddr;
+		dst = (const __u8 *)&ip->daddr;
+		if (xl_answer_martian4(src))
 			return XL_ANSWER_SRC_IP;
-		s0 = ip->saddr;
-		d0 = ip->daddr;
 	} else {
 		struct xl_ipv6hdr *ip6 = data + l3;
 		if ((void *)(ip6 + 1) > end)
 			return XL_ANSWER_SHAPE;
-		if (xl_answer_martian6(ip6->saddr))
+		src = ip6->saddr;
+		dst = ip6->daddr;
+		if (xl_answer_martian6(src))
 			return XL_ANSWER_SRC_IP;
-		const __u32 *sa = (const __u32 *)ip6->saddr, *da = (const __u32 *)ip6->daddr;
-		s0 = sa[0], s1 = sa[1], s2 = sa[2], s3 = sa[3];
-		d0 = da[0], d1 = da[1], d2 = da[2], d3 = da[3];
 	}
-	xl_answer_key(&k, XL_HOST_MAC, *(const __u32 *)eth->dst,
-		      XL_ANSWER_HI16(*(const __u16 *)(eth->dst + 4)), 0, 0);
-	if (!xl_answer_host(&k.k))
+	k.kind = XL_HOST_MAC;
+	__builtin_memcpy(k.addr, eth->dst, 6);
+	if (!xl_answer_host(&k))
 		return XL_ANSWER_DST_MAC;
-	__u32 kind = v4 ? XL_HOST_IPV4 : XL_HOST_IPV6;
-	xl_answer_key(&k, kind, d0, d1, d2, d3);
-	if (!xl_answer_host(&k.k))
+	__builtin_memset(k.addr, 0, sizeof(k.addr));
+	if (v4) {
+		k.kind = XL_HOST_IPV4;
+		__builtin_memcpy(k.addr, dst, 4);
+	} else {
+		k.kind = XL_HOST_IPV6;
+		__builtin_memcpy(k.addr, dst, 16);
+	}
+	if (!xl_answer_host(&k))
 		return XL_ANSWER_DST_IP;
-	xl_answer_key(&k, kind, s0, s1, s2, s3);
-	if (xl_answer_host(&k.k))
+	if (v4)
+		__builtin_memcpy(k.addr, src, 4);
+	else
+		__builtin_memcpy(k.addr, src, 16);
+	if (xl_answer_host(&k))
 		return XL_ANSWER_SRC_OWN;
 	return XL_ANSWER_OK;
 }
