@@ -515,7 +515,8 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
 			      : bpf_tcp_raw_gen_syncookie_ipv6(ip, (void *)th.b, n);
 	if (c < 0)
 		return -1;
-	__u32 tsopt = xl_cookie_tsopt(&o, ecn, xl_cookie_mss_index(family, (__u32)(c >> 32) & 0xffff));
+	__u32 tsopt =
+	    xl_cookie_tsopt(&o, ecn, xl_cookie_mss_index(family, (__u32)(c >> 32) & 0xffff));
 
 	if (xl_cookie_resize(ctx, l3 + iplen + tcplen))
 		return -1;
@@ -581,8 +582,9 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
 	__u32 t0 = ports >> 16 | ports << 16;
 	__u32 t1 = bpf_htonl((__u32)c + off);
 	__u32 t2 = bpf_htonl(bpf_ntohl(tcp->seq) + 1);
-	__u32 t3 = bpf_htonl((tcplen / 4) << 28 | (XL_TCP_SYN | XL_TCP_ACK | (ecn ? XL_TCP_ECE : 0)) << 16 |
-			     XL_COOKIE_WINDOW);
+	__u32 t3 =
+	    bpf_htonl((tcplen / 4) << 28 |
+		      (XL_TCP_SYN | XL_TCP_ACK | (ecn ? XL_TCP_ECE : 0)) << 16 | XL_COOKIE_WINDOW);
 	__u32 ow_[XL_COOKIE_OPTS / 4];
 	xl_cookie_opts(ow_, &o, mss, tsopt, now);
 	sum += (__u64)t0 + t1 + t2 + t3;
