@@ -382,6 +382,13 @@ func (r *results) issue28Targets(med func(name, unit string) (float64, bool)) []
 			"of which the kernel's cookie (bpf_tcp_raw_gen_syncookie_ipv4 alone) %.0f ns and the rest %.0f ns; the rule alone drops it for %.0f ns; "+
 			"one core answers at most %.2f M SYNs/s in the program (no transmit; the live CPU per SYN is section 4's BenchmarkSynCookies).",
 			ans, gen, ans-gen, rule, 1e3/ans))
+		gen6, ok1 := med("BenchmarkCookie/gen_ipv6", "over-bare-ns/op")
+		ans6, ok2 := med("BenchmarkCookie/answer_ipv6", "over-bare-ns/op")
+		if ok1 && ok2 && ans6 > 0 {
+			out = append(out, fmt.Sprintf("SYN cookies over IPv6: an answer costs %.0f ns above a bare XDP_DROP, of which the kernel's cookie "+
+				"(bpf_tcp_raw_gen_syncookie_ipv6 alone) %.0f ns and the rest %.0f ns; one core answers at most %.2f M SYNs/s in the program.",
+				ans6, gen6, ans6-gen6, 1e3/ans6))
+		}
 	}
 	v6, ok1 := med("ipv6_ext_nofrag", "ns/op")
 	v4, ok2 := med("rule_pass", "ns/op")

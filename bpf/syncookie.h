@@ -361,6 +361,27 @@ __noinline int xl_cookie_parse_opts(const struct xl_tcp_copy *th, __u32 hdr_len,
 		return 0;
 	__u32 off = sizeof(struct xl_tcphdr);
 	o->wscale = XL_TSOPT_WSCALE_NONE;
+	/* Linux's own SYN, the commonest there is, in three word compares:
+	 * MSS, SACK_PERM, timestamps, NOP, window scale (tcp_options_write),
+	 * parsed as the loop below would. */
+	__u32 w[5];
+	__builtin_memcpy(w, th->b + off, sizeof(w));
+	if (hdr_len == sizeof(struct xl_tcphdr) + 20 &&
+	    (w[0] & bpf_htonl(0xffff0000)) == bpf_htonl(0x02040000) &&
+	    w[1] == bpf_htonl(0x0402080a) &&
+	    (w[4] & bpf_htonl(0xffffff00)) == bpf_htonl(0x01030300)) {
+		__u8 ws = bpf_ntohl(w[4]) & 0xff;
+		o->mss = bpf_ntohl(w[0]) & 0xffff;
+		o->sack = 1;
+		o->ts = 1;
+		__u32 tsval, tsecr;
+		__builtin_memcpy(&tsval, th->b + off + 8, 4);
+		__builtin_memcpy(&tsecr, th->b + off + 12, 4);
+		o->tsval = bpf_ntohl(tsval);
+		o->tsecr = bpf_ntohl(tsecr);
+		o->wscale = ws > 14 ? 14 : ws;
+		return 0;
+	}
 	if (hdr_len > sizeof(th->b))
 		hdr_len = sizeof(th->b);
 	for (int i = 0; i < XL_COOKIE_OPT_STEPS; i++) {
@@ -401,47 +422,36 @@ __noinline int xl_cookie_parse_opts(const struct xl_tcp_copy *th, __u32 hdr_len,
 	return 0;
 }
 
-static __always_inline __u16 xl_cookie_fold(__s64 sum)
+/* The checksum field for a one's complement sum of 32-bit words (in the
+ * packet's byte order, as loaded or stored), summed in 64 bits. */
+static __always_inline __u16 xl_cookie_fold(__u64 s)
 {
-	__u64 s = (__u64)sum & 0xffffffff;
+	s = (s & 0xffffffff) + (s >> 32);
+	s = (s & 0xffffffff) + (s >> 32);
 	s = (s & 0xffff) + (s >> 16);
 	s = (s & 0xffff) + (s >> 16);
 	return (__u16)~s;
 }
 
-/* The options of the SYN-ACK (XL_COOKIE_OPTS bytes), for a SYN with
- * options o, a cookie whose MSS has index mss_idx, announcing mss. */
-static __always_inline void xl_cookie_opts(__u8 *out, const struct xl_syn_opts *o, __u16 mss,
-					   __u32 tsopt, __u64 now)
+/* The options of the SYN-ACK (XL_COOKIE_OPTS bytes) as words in the
+ * packet's byte order, for a SYN with options o, announcing mss, with the
+ * TS low byte tsopt: MSS; then, for a SYN with timestamps, SACK_PERM (or
+ * NOP NOP), timestamps, NOP and window scale (or NOPs); else NOPs. */
+static __always_inline void xl_cookie_opts(__u32 w[XL_COOKIE_OPTS / 4], const struct xl_syn_opts *o,
+					   __u16 mss, __u32 tsopt, __u64 now)
 {
-	out[0] = 2;
-	out[1] = 4;
-	out[2] = mss >> 8;
-	out[3] = mss & 0xff;
-	__builtin_memset(out + 4, 1, XL_COOKIE_OPTS - 4);
-	if (!o->ts)
+	w[0] = bpf_htonl(0x02040000 | mss);
+	if (!o->ts) {
+		w[1] = w[2] = w[3] = w[4] = 0x01010101;
 		return;
-	if (o->sack) {
-		out[4] = 4;
-		out[5] = 2;
 	}
 	/* tsval: a millisecond-ish clock with the options in its low byte. */
 	__u32 tsval = ((__u32)(now >> 20) & ~0xffu) | tsopt;
-	out[6] = 8;
-	out[7] = 10;
-	out[8] = tsval >> 24;
-	out[9] = tsval >> 16;
-	out[10] = tsval >> 8;
-	out[11] = tsval;
-	out[12] = o->tsval >> 24;
-	out[13] = o->tsval >> 16;
-	out[14] = o->tsval >> 8;
-	out[15] = o->tsval;
-	if (o->wscale != XL_TSOPT_WSCALE_NONE) {
-		out[17] = 3;
-		out[18] = 3;
-		out[19] = XL_COOKIE_RCV_WSCALE;
-	}
+	w[1] = o->sack ? bpf_htonl(0x0402080a) : bpf_htonl(0x0101080a);
+	w[2] = bpf_htonl(tsval);
+	w[3] = bpf_htonl(o->tsval);
+	w[4] = o->wscale != XL_TSOPT_WSCALE_NONE ? bpf_htonl(0x01030300 | XL_COOKIE_RCV_WSCALE)
+						 : 0x01010101;
 }
 
 /* The TS low byte for a SYN with options o and ECN wish ecn. */
@@ -449,21 +459,6 @@ static __always_inline __u32 xl_cookie_tsopt(const struct xl_syn_opts *o, __u32 
 {
 	return (o->wscale & 0x0f) | (o->sack ? XL_TSOPT_SACK : 0) | (ecn ? XL_TSOPT_ECN : 0) |
 	       (mss_idx & 3) << XL_TSOPT_MSS_SHIFT;
-}
-
-/* The TCP header of the SYN-ACK, over the SYN's, in place. */
-static __always_inline void xl_cookie_tcp(struct xl_tcphdr *tcp, __u32 cookie, __u32 ecn)
-{
-	__be16 port = tcp->source;
-	tcp->source = tcp->dest;
-	tcp->dest = port;
-	tcp->ack_seq = bpf_htonl(bpf_ntohl(tcp->seq) + 1);
-	tcp->seq = bpf_htonl(cookie);
-	tcp->doff_res = (sizeof(*tcp) + XL_COOKIE_OPTS) / 4 << 4;
-	tcp->flags = XL_TCP_SYN | XL_TCP_ACK | (ecn ? XL_TCP_ECE : 0);
-	tcp->window = bpf_htons(XL_COOKIE_WINDOW);
-	tcp->urg_ptr = 0;
-	tcp->check = 0;
 }
 
 /* Resizes the frame to want bytes. Returns 0, or -1. Packet pointers are
@@ -476,16 +471,27 @@ static __always_inline int xl_cookie_resize(struct xdp_md *ctx, __u32 want)
 	return 0;
 }
 
-/* Rewrites the IPv4 SYN at l3 into its SYN-ACK with a cookie, the kernel's
- * plus off, announcing mss. Returns 0 to send it (XDP_TX), -1 when it
- * cannot be answered. */
-static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3, __u16 mss, __u32 off,
-					     __u64 now)
+/* Rewrites the SYN at l3, a plain IP header of family (4 or 6, a
+ * constant at each call: one source for both, specialized by the
+ * compiler), into its SYN-ACK with a cookie, the kernel's plus off,
+ * announcing mss, stamped with now. Returns 0 to send it (XDP_TX), -1
+ * when it cannot be answered.
+ *
+ * The frame is rewritten once, in place, a word at a time: every word of
+ * the answer is made in a register, stored, and added to its checksum
+ * there; no word is read back from the packet after a store to it (a
+ * load over narrower stores just made waits for them to drain, and a
+ * bpf_csum_diff call per range cost more than the sum itself,
+ * bench/results/issue28). */
+static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 family, __u16 mss,
+					    __u32 off, __u64 now)
 {
+	const __u32 iplen = family == 4 ? sizeof(struct xl_iphdr) : sizeof(struct xl_ipv6hdr);
+	const __u32 tcplen = sizeof(struct xl_tcphdr) + XL_COOKIE_OPTS;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct xl_iphdr *ip = data + l3;
-	struct xl_tcphdr *tcp = (void *)(ip + 1);
+	void *ip = data + l3;
+	struct xl_tcphdr *tcp = ip + iplen;
 	if ((void *)(tcp + 1) > end)
 		return -1;
 	__u32 hl = (tcp->doff_res >> 4) * 4;
@@ -500,127 +506,99 @@ static __always_inline int xl_cookie_answer4(struct xdp_md *ctx, __u32 l3, __u16
 	asm volatile("%0 &= 0x3c" : "+r"(n));
 	if (n < sizeof(*tcp))
 		return -1;
-	if (bpf_xdp_load_bytes(ctx, l3 + sizeof(*ip), th.b, n))
+	if (bpf_xdp_load_bytes(ctx, l3 + iplen, th.b, n))
 		return -1;
 	struct xl_syn_opts o = {};
 	xl_cookie_parse_opts(&th, n, &o);
 	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
-	__s64 c = bpf_tcp_raw_gen_syncookie_ipv4((void *)ip, (void *)th.b, n);
+	__s64 c = family == 4 ? bpf_tcp_raw_gen_syncookie_ipv4(ip, (void *)th.b, n)
+			      : bpf_tcp_raw_gen_syncookie_ipv6(ip, (void *)th.b, n);
 	if (c < 0)
 		return -1;
-	__u32 idx = xl_cookie_mss_index(4, (__u32)(c >> 32) & 0xffff);
-	__u8 opts[XL_COOKIE_OPTS];
-	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
+	__u32 tsopt =
+	    xl_cookie_tsopt(&o, ecn, xl_cookie_mss_index(family, (__u32)(c >> 32) & 0xffff));
 
-	if (xl_cookie_resize(ctx, l3 + sizeof(*ip) + sizeof(*tcp) + XL_COOKIE_OPTS))
+	if (xl_cookie_resize(ctx, l3 + iplen + tcplen))
 		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	struct xl_ethhdr *eth = data;
 	ip = data + l3;
-	tcp = (void *)(ip + 1);
-	__u8 *op = (void *)(tcp + 1);
-	if ((void *)(eth + 1) > end || (void *)(op + XL_COOKIE_OPTS) > end)
+	tcp = ip + iplen;
+	__u32 *ow = (void *)(tcp + 1);
+	if ((void *)(eth + 1) > end || (void *)(ow + XL_COOKIE_OPTS / 4) > end)
 		return -1;
-	__u8 mac[6];
-	__builtin_memcpy(mac, eth->dst, 6);
-	__builtin_memcpy(eth->dst, eth->src, 6);
-	__builtin_memcpy(eth->src, mac, 6);
-	__be32 a = ip->saddr;
-	ip->saddr = ip->daddr;
-	ip->daddr = a;
-	ip->tos = 0;
-	ip->tot_len = bpf_htons(sizeof(*ip) + sizeof(*tcp) + XL_COOKIE_OPTS);
-	ip->id = 0;
-	ip->frag_off = bpf_htons(0x4000); /* DF */
-	ip->ttl = XL_COOKIE_TTL;
-	ip->check = 0;
-	ip->check = xl_cookie_fold(bpf_csum_diff(NULL, 0, (__be32 *)ip, sizeof(*ip), 0));
-	xl_cookie_tcp(tcp, (__u32)c + off, ecn);
-	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
 
-	/* The pseudo-header: both addresses straight from the packet (the
-	 * sum does not depend on their order), then zero, protocol, length.
-	 * Nothing of it on the stack: 6.1 bounds the stack of the whole call
-	 * chain to 512 bytes. */
-	__be32 ph = bpf_htonl(IPPROTO_TCP << 16 | (sizeof(*tcp) + XL_COOKIE_OPTS));
-	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&ip->saddr, 8, 0);
-	sum = bpf_csum_diff(NULL, 0, &ph, sizeof(ph), sum);
-	tcp->check = xl_cookie_fold(
-	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
-	return 0;
-}
+	/* Ethernet: the addresses swapped. */
+	__u32 d0 = *(__u32 *)eth->dst, s0 = *(__u32 *)eth->src;
+	__u16 d1 = *(__u16 *)(eth->dst + 4), s1 = *(__u16 *)(eth->src + 4);
+	*(__u32 *)eth->dst = s0;
+	*(__u16 *)(eth->dst + 4) = s1;
+	*(__u32 *)eth->src = d0;
+	*(__u16 *)(eth->src + 4) = d1;
 
-/* As xl_cookie_answer4, for IPv6 without extension headers. */
-static __always_inline int xl_cookie_answer6(struct xdp_md *ctx, __u32 l3, __u16 mss, __u32 off,
-					     __u64 now)
-{
-	void *data = (void *)(long)ctx->data;
-	void *end = (void *)(long)ctx->data_end;
-	struct xl_ipv6hdr *ip6 = data + l3;
-	struct xl_tcphdr *tcp = (void *)(ip6 + 1);
-	if ((void *)(tcp + 1) > end)
-		return -1;
-	__u32 hl = (tcp->doff_res >> 4) * 4;
-	if (hl < sizeof(*tcp) || hl > 60)
-		return -1;
-	__u8 flags = tcp->flags;
-
-	struct xl_tcp_copy th = {};
-	/* Opaque to the compiler, so that it keeps the bound check the
-	 * verifier needs right before the helper. */
-	__u32 n = hl;
-	asm volatile("%0 &= 0x3c" : "+r"(n));
-	if (n < sizeof(*tcp))
-		return -1;
-	if (bpf_xdp_load_bytes(ctx, l3 + sizeof(*ip6), th.b, n))
-		return -1;
-	struct xl_syn_opts o = {};
-	xl_cookie_parse_opts(&th, n, &o);
-	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
-	__s64 c = bpf_tcp_raw_gen_syncookie_ipv6((void *)ip6, (void *)th.b, n);
-	if (c < 0)
-		return -1;
-	__u32 idx = xl_cookie_mss_index(6, (__u32)(c >> 32) & 0xffff);
-	__u8 opts[XL_COOKIE_OPTS];
-	xl_cookie_opts(opts, &o, mss, xl_cookie_tsopt(&o, ecn, idx), now);
-
-	if (xl_cookie_resize(ctx, l3 + sizeof(*ip6) + sizeof(*tcp) + XL_COOKIE_OPTS))
-		return -1;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	struct xl_ethhdr *eth = data;
-	ip6 = data + l3;
-	tcp = (void *)(ip6 + 1);
-	__u8 *op = (void *)(tcp + 1);
-	if ((void *)(eth + 1) > end || (void *)(op + XL_COOKIE_OPTS) > end)
-		return -1;
-	__u8 mac[6];
-	__builtin_memcpy(mac, eth->dst, 6);
-	__builtin_memcpy(eth->dst, eth->src, 6);
-	__builtin_memcpy(eth->src, mac, 6);
-	/* Swapped a word at a time, in registers. */
-	__u32 *sa = (__u32 *)ip6->saddr, *da = (__u32 *)ip6->daddr;
+	/* IP: the addresses swapped (their sum, the pseudo-header's, does
+	 * not depend on their order), the rest set. */
+	__u64 sum;
+	if (family == 4) {
+		struct xl_iphdr *ip4 = ip;
+		__u32 *w = ip;
+		__u32 sa = ip4->saddr, da = ip4->daddr;
+		/* Version 4, IHL 5 (xl_answer_class), TOS 0, the length; ID 0,
+		 * DF; TTL, TCP, the checksum. */
+		__u32 w0 = bpf_htonl(0x45000000 | (sizeof(*ip4) + tcplen));
+		__u32 w1 = bpf_htonl(0x00004000);
+		__u32 w2 = bpf_htonl(XL_COOKIE_TTL << 24 | IPPROTO_TCP << 16);
+		w[0] = w0;
+		w[1] = w1;
+		w[2] = w2;
+		ip4->saddr = da;
+		ip4->daddr = sa;
+		ip4->check = xl_cookie_fold((__u64)w0 + w1 + w2 + sa + da);
+		sum = (__u64)sa + da + bpf_htonl(IPPROTO_TCP << 16 | tcplen);
+	} else {
+		struct xl_ipv6hdr *ip6 = ip;
+		__u32 *sa = (__u32 *)ip6->saddr, *da = (__u32 *)ip6->daddr;
+		sum = (__u64)bpf_htonl(tcplen) + bpf_htonl(IPPROTO_TCP);
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
-		__u32 w = sa[i];
-		sa[i] = da[i];
-		da[i] = w;
+		for (int i = 0; i < 4; i++) {
+			__u32 s = sa[i], d = da[i];
+			sa[i] = d;
+			da[i] = s;
+			sum += (__u64)s + d;
+		}
+		/* Version 6, traffic class and flow label 0; the length, TCP,
+		 * the hop limit. */
+		__u32 *w = ip;
+		w[0] = bpf_htonl(6 << 28);
+		w[1] = bpf_htonl(tcplen << 16 | IPPROTO_TCP << 8 | XL_COOKIE_TTL);
 	}
-	ip6->ver_tc_flow = bpf_htonl(6 << 28);
-	ip6->payload_len = bpf_htons(sizeof(*tcp) + XL_COOKIE_OPTS);
-	ip6->nexthdr = IPPROTO_TCP;
-	ip6->hop_limit = XL_COOKIE_TTL;
-	xl_cookie_tcp(tcp, (__u32)c + off, ecn);
-	__builtin_memcpy(op, opts, XL_COOKIE_OPTS);
 
-	/* The pseudo-header: both addresses straight from the packet, then
-	 * the length and the next header (see xl_cookie_answer4). */
-	__be32 ph[2] = {bpf_htonl(sizeof(*tcp) + XL_COOKIE_OPTS), bpf_htonl(IPPROTO_TCP)};
-	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)ip6->saddr, 32, 0);
-	sum = bpf_csum_diff(NULL, 0, ph, sizeof(ph), sum);
-	tcp->check = xl_cookie_fold(
-	    bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp) + XL_COOKIE_OPTS, sum));
+	/* TCP: the ports swapped, the cookie, the SYN's sequence + 1; data
+	 * offset, SYN|ACK (and ECE for ECN), the window; the checksum and
+	 * the urgent pointer 0; the options. */
+	__u32 *tw = (__u32 *)tcp;
+	__u32 ports = tw[0];
+	__u32 t0 = ports >> 16 | ports << 16;
+	__u32 t1 = bpf_htonl((__u32)c + off);
+	__u32 t2 = bpf_htonl(bpf_ntohl(tcp->seq) + 1);
+	__u32 t3 =
+	    bpf_htonl((tcplen / 4) << 28 |
+		      (XL_TCP_SYN | XL_TCP_ACK | (ecn ? XL_TCP_ECE : 0)) << 16 | XL_COOKIE_WINDOW);
+	__u32 ow_[XL_COOKIE_OPTS / 4];
+	xl_cookie_opts(ow_, &o, mss, tsopt, now);
+	sum += (__u64)t0 + t1 + t2 + t3;
+#pragma unroll
+	for (int i = 0; i < XL_COOKIE_OPTS / 4; i++) {
+		ow[i] = ow_[i];
+		sum += ow_[i];
+	}
+	tw[0] = t0;
+	tw[1] = t1;
+	tw[2] = t2;
+	tw[3] = t3;
+	tcp->check = xl_cookie_fold(sum);
+	tcp->urg_ptr = 0;
 	return 0;
 }
 
@@ -702,9 +680,10 @@ static __always_inline int xl_cookie_fallback(__u32 class)
 /* Rewrites the SYN in ctx, which the rule of key (generation * 64 + slot)
  * answers (xl_cookie_take said so), into its SYN-ACK with a cookie.
  * Counts it sent, or unanswerable when the frame cannot be rewritten (no
- * tailroom). Returns XDP_TX, or XDP_DROP. A global function: verified
- * once, not once per slot. */
-__noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key)
+ * tailroom). now is the packet's time, which xl_cookie_take read for the
+ * budget (0: read here). Returns XDP_TX, or XDP_DROP. A global function:
+ * verified once, not once per slot. */
+__noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key, __u64 now)
 {
 	__u32 gen = key / XL_MAX_RULES;
 	__u32 slot = key % XL_MAX_RULES;
@@ -719,16 +698,17 @@ __noinline int xl_reply_cookie(struct xdp_md *ctx, const struct xl_pkt *pkt, __u
 	__u32 l3 = pkt->l3_off;
 	if (l3 > XL_ANSWER_L3_MAX)
 		return XDP_DROP;
-	__u64 now = XL_NOW();
+	if (!now)
+		now = XL_NOW();
 	__u32 off = lk->offset + 4 * slot;
 	/* The MSS: a test's override, else the interface's (its MTU). */
 	__u16 mss4 = cfg->mss4 ? cfg->mss4 : lk->mss4;
 	__u16 mss6 = cfg->mss6 ? cfg->mss6 : lk->mss6;
 	int err;
 	if (pkt->family == 4)
-		err = xl_cookie_answer4(ctx, l3, mss4 ? mss4 : 1460, off, now);
+		err = xl_cookie_answer(ctx, l3, 4, mss4 ? mss4 : 1460, off, now);
 	else
-		err = xl_cookie_answer6(ctx, l3, mss6 ? mss6 : 1440, off, now);
+		err = xl_cookie_answer(ctx, l3, 6, mss6 ? mss6 : 1440, off, now);
 	if (err) {
 		cnt->unanswerable++;
 		return XDP_DROP;

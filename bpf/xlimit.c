@@ -195,6 +195,9 @@ int xlimit_xdp(struct xdp_md *ctx)
 	 * cookie, or 0. */
 	__u32 cookie = 0;
 	__u32 zero = 0;
+	/* The packet's time, read on first need (clock.h); the cookie's
+	 * answer reuses the time its budget read. */
+	__u64 now = 0;
 
 	__u64 word = xl_gen_word(&zero);
 	if (word == XL_GEN_NONE)
@@ -264,7 +267,6 @@ int xlimit_xdp(struct xdp_md *ctx)
 		mask |= xl_frag_rules(&pkt);
 	}
 
-	__u64 now = 0;
 	__u32 dropped = 0; /* slot + 1 of the rule that dropped the packet */
 	if (mask)
 		reason = XL_REASON_ADMIT;
@@ -303,7 +305,7 @@ out:
 	if (reset && xl_reply_reset(ctx, &pkt) == 0)
 		return XDP_TX;
 	if (cookie)
-		return xl_reply_cookie(ctx, &pkt, cookie - 1);
+		return xl_reply_cookie(ctx, &pkt, cookie - 1, now);
 	return verdict == XL_VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 

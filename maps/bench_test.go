@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -530,7 +531,8 @@ func BenchmarkClock(b *testing.B) {
 //   - answer_ipv4: the SYN to a rule with syn_cookies: always, answered
 //     with a SYN-ACK (XDP_TX); its over-bare-ns/op minus gen_ipv4's is the
 //     rest of the answer. answers/s-per-core is 1e9 ÷ its over-bare-ns/op:
-//     the answer rate one core sustains in the program (no transmit).
+//     the answer rate one core sustains in the program (no transmit);
+//   - gen_ipv6, answer_ipv6: the same over IPv6 (bpf_tcp_raw_gen_syncookie_ipv6).
 //
 // gen_ipv4_repeat runs the helper program in one repeated run, without
 // the syscall's noise.
@@ -554,36 +556,44 @@ func BenchmarkCookie(b *testing.B) {
 	if err := o.Tables().SetHostAddrs(defaultHost()); err != nil {
 		b.Fatal(err)
 	}
-	syn := func(port uint16) []byte {
-		s := frame.Spec{Src: netip.MustParseAddr("198.51.100.1"), Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: port,
+	synFrom := func(src string, port uint16) []byte {
+		s := frame.Spec{Src: netip.MustParseAddr(src), Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: port,
 			TCPFlags: frame.TCPSyn, TCPSeq: 777000}
 		return withTCPOptions(b, frame.MustBuild(s), 14, linuxSYNOptions(99999))
 	}
+	syn := func(port uint16) []byte { return synFrom("198.51.100.1", port) }
 	answer, ruleOnly := syn(80), syn(81)
-	thLen := int32(len(answer) - 34)
+	answer6 := synFrom("2001:db8:1::1", 80)
 	// The kernel's cookie alone: r1 = IP header, r2 = TCP header, r3 its
 	// length, after the bounds check the helper's arguments need.
-	gen, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.XDP, License: "GPL",
-		Instructions: asm.Instructions{
-			asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
-			asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
-			asm.Mov.Reg(asm.R4, asm.R2),
-			asm.Add.Imm(asm.R4, 34+thLen),
-			asm.JGT.Reg(asm.R4, asm.R3, "out"),
-			asm.Mov.Reg(asm.R1, asm.R2),
-			asm.Add.Imm(asm.R1, 14),
-			asm.Add.Imm(asm.R2, 34),
-			asm.Mov.Imm(asm.R3, thLen),
-			asm.FnTcpRawGenSyncookieIpv4.Call(),
-			asm.Mov.Imm(asm.R0, 1).WithSymbol("out"),
-			asm.Return(),
-		},
-	})
-	if err != nil {
-		b.Fatalf("load the cookie-only program: %v", err)
+	genProg := func(fn asm.BuiltinFunc, l4 int32, f []byte) *ebpf.Program {
+		thLen := int32(len(f)) - l4
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Type: ebpf.XDP, License: "GPL",
+			Instructions: asm.Instructions{
+				asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
+				asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
+				asm.Mov.Reg(asm.R4, asm.R2),
+				asm.Add.Imm(asm.R4, l4+thLen),
+				asm.JGT.Reg(asm.R4, asm.R3, "out"),
+				asm.Mov.Reg(asm.R1, asm.R2),
+				asm.Add.Imm(asm.R1, 14),
+				asm.Add.Imm(asm.R2, l4),
+				asm.Mov.Imm(asm.R3, thLen),
+				fn.Call(),
+				asm.Mov.Imm(asm.R0, 1).WithSymbol("out"),
+				asm.Return(),
+			},
+		})
+		if err != nil {
+			b.Fatalf("load the cookie-only program: %v", err)
+		}
+		return p
 	}
+	gen := genProg(asm.FnTcpRawGenSyncookieIpv4, 34, answer)
 	defer gen.Close()
+	gen6 := genProg(asm.FnTcpRawGenSyncookieIpv6, 54, answer6)
+	defer gen6.Close()
 	bare, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type: ebpf.XDP, License: "GPL", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()},
 	})
@@ -606,6 +616,8 @@ func BenchmarkCookie(b *testing.B) {
 		{"gen_ipv4", gen, answer, xdpDrop},
 		{"rule_alone", o.Program(), ruleOnly, xdpDrop},
 		{"answer_ipv4", o.Program(), answer, xdpTx},
+		{"gen_ipv6", gen6, answer6, xdpDrop},
+		{"answer_ipv6", o.Program(), answer6, xdpTx},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			n := min(b.N, benchSingleRuns)
@@ -616,7 +628,7 @@ func BenchmarkCookie(b *testing.B) {
 			b.ReportMetric(run, "ns/op")
 			b.ReportMetric(run-bareRun, "over-bare-ns/op")
 			b.ReportMetric(bareRun, "bare-ns/op")
-			if c.name == "answer_ipv4" && run > bareRun {
+			if strings.HasPrefix(c.name, "answer_") && run > bareRun {
 				b.ReportMetric(1e9/(run-bareRun), "answers/s-per-core")
 			}
 		})
