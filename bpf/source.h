@@ -181,7 +181,10 @@ static __always_inline int xl_src_front_free(const struct xl_src_front *w, __u32
  * that never come back costs a front write each and evicts no source
  * from the LRU. When it comes back while its way still holds the packet
  * (its TAT ahead of now), it gets its entry, charged with that packet,
- * and is charged from then on as before. A way that holds a packet is
+ * and is charged from then on as before; when it comes back within
+ * XL_SRC_PROMOTE_NS after that TAT (a source that keeps sending below its
+ * limit), it gets its entry too, full, so that it is not seen again and
+ * again on the front's slower path. A way that holds a packet is
  * never overwritten (the packet is charged nowhere else): when both ways
  * of its set hold one, a new source gets an entry as without a front.
  *
@@ -246,6 +249,11 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 				/* Back within its emission interval: its entry,
 				 * charged with the packet the front let through. */
 				tat = f->t;
+				f->gen = 0;
+			} else if (f &&
+				   now_u - f->t < ((__u64)XL_SRC_PROMOTE_NS << XL_TIME_SHIFT)) {
+				/* Back soon after its TAT: a source that keeps
+				 * sending near its rate; its entry, full. */
 				f->gen = 0;
 			} else {
 				struct xl_src_front *v = f;

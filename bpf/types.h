@@ -42,6 +42,11 @@
  * rate from the shared bucket at once (and at most a quarter of the burst):
  * the bound on how far admission can run ahead, per CPU. */
 #define XL_BATCH_NS 50000
+/* A source the per-source front only saw (its way's TAT passed) that comes
+ * back within this long of that TAT keeps sending near its rate: it gets
+ * its table entry, and with it the per-CPU credit (bpf/source.h). Spoofed
+ * sources never come back; a legitimate one below its limit does. */
+#define XL_SRC_PROMOTE_NS XL_BATCH_NS
 /* A CPU that read the clock and found a rule's bucket empty drops at most
  * this many of the rule's next packets without reading it again, within
  * the same tick (bucket.h, xl_cache_empty): the bound on how late it sees

@@ -80,6 +80,65 @@ func TestSourceFront(t *testing.T) {
 		psCompareCounters(t, h)
 	})
 
+	// A source that keeps sending below its limit comes back after its
+	// front way's TAT has passed: within XL_SRC_PROMOTE_NS of it, it gets
+	// its entry (and from then on the per-CPU credit), so a steady source
+	// does not take the front's slow path with every packet; one that
+	// comes back later is still only seen (a spoofed flood's sources never
+	// come back at all). At 421ef7d a source below its limit never got an
+	// entry (bench/results/issue28/source-hot-before-421ef7d.log).
+	t.Run("hot comes back", func(t *testing.T) {
+		hot := dataplane.PerSourceSpec{Rate: 100000, Burst: 100, PrefixV4: 32, PrefixV6: 64}
+		for _, a := range []netip.Addr{x, netip.MustParseAddr("2001:db8::7")} {
+			h := newPSHarness(t, 0)
+			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e7, 1e6, hot)}}, nil))
+			slot := h.slot(t, "r")
+			plen := 32
+			if a.Is6() {
+				plen = 64
+			}
+			p := netip.PrefixFrom(a, plen).Masked()
+			f := build(udpTo(a, 53))
+			// Every 10 µs's interval is 10 µs: packets 15 µs apart find
+			// the TAT passed by 5 µs.
+			at := uint64(psT0)
+			h.run(t, f, at)
+			at += 15 * psMS / 1000
+			if pass, _ := h.run(t, f, at); !pass {
+				t.Fatalf("%v: second packet refused below the limit", a)
+			}
+			e, ok := psFind(psSources(t, h, slot), slot, p)
+			if !ok {
+				t.Fatalf("%v: a source back 15 µs after its first packet has no entry", a)
+			}
+			// Its entry starts full at the second packet, which then
+			// borrows a batch (50 µs) of credit.
+			if want := (at + dataplane.BatchNS) << dataplane.TimeShift; e.TAT != want {
+				t.Errorf("%v: TAT %d, want %d (second packet + a batch)", a, e.TAT, want)
+			}
+			psCompareTable(t, h)
+			psCompareCounters(t, h)
+
+			// A source back 1 ms later than its TAT stays in the front.
+			c := netip.MustParseAddr("192.0.2.99")
+			if a.Is6() {
+				c = netip.MustParseAddr("2001:db8:1::99")
+			}
+			cf := build(udpTo(c, 53))
+			cp := netip.PrefixFrom(c, plen).Masked()
+			for i := range 5 {
+				if pass, _ := h.run(t, cf, at+uint64(i+1)*psMS); !pass {
+					t.Fatalf("%v: cold packet %d refused", c, i)
+				}
+			}
+			if _, ok := psFind(psSources(t, h, slot), slot, cp); ok {
+				t.Errorf("%v: a source back every 1 ms at 100 000/s got an entry", c)
+			}
+			psCompareTable(t, h)
+			psCompareCounters(t, h)
+		}
+	})
+
 	// Four sources that share one set of two ways, each at three times its
 	// limit, interleaved: a way seen once still holds a packet charged
 	// nowhere else, so it is never overwritten (the others get entries),

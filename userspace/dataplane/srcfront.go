@@ -74,6 +74,10 @@ func (m *Model) frontSeen(r *Rule, k SourceKey, now, inc uint64) (tat uint64, ta
 		f.owner = 0
 		return t, false
 	}
+	if f != nil && now-f.t < uint64(SrcPromoteNS)<<TimeShift {
+		f.owner = 0
+		return now, false
+	}
 	v := f
 	for i := range set {
 		if v == nil && frontFree(&set[i], owner, now) {
