@@ -154,10 +154,8 @@ func controlRule(r *config.Rule) control.RuleSpec {
 		cr.MaxQueueingTime = p.MaxQueueingTime
 	}
 	if a := r.Adaptive; a != nil {
-		cr.Adaptive = &control.AIMDParams{
-			TargetLatency: a.TargetLatency, MinRate: a.MinRate, MaxRate: a.MaxRate,
-			KA: a.KA, KM: a.KM, Gamma: a.Gamma, Alpha: a.Alpha, CPUHigh: a.CPUHigh, ErrorThreshold: a.ErrorThreshold,
-		}
+		p := a.AdaptiveParams
+		cr.Adaptive = &p
 		cr.Signal = string(a.Signal)
 		if a.Law == config.LawAIMD {
 			cr.Law = control.LawAIMD

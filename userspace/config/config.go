@@ -263,9 +263,18 @@ type Paced struct {
 // Adaptive configures the adaptive behavior: a law steering the rate
 // from the queueing latency.
 type Adaptive struct {
-	// Law is track (the default) or aimd; KA, KM, Gamma, Alpha and CPUHigh
-	// are aimd's gains, unused by track.
-	Law              Law
+	// Law is track (the default) or aimd.
+	Law Law
+	AdaptiveParams
+	Signal Signal
+	Probe  *Probe // non-nil iff Signal == SignalProbe
+}
+
+// AdaptiveParams are an adaptive rule's target, bounds and gains, as the
+// control laws take them (control.AIMDParams is this type): track reads
+// TargetLatency, MinRate, MaxRate and ErrorThreshold; KA, KM, Gamma,
+// Alpha and CPUHigh are aimd's gains.
+type AdaptiveParams struct {
 	TargetLatency    time.Duration
 	MinRate, MaxRate float64
 	KA               float64 // additive increase gain
@@ -274,8 +283,6 @@ type Adaptive struct {
 	Alpha            float64 // latency smoothing, (0,1]
 	CPUHigh          float64 // no increase at or above this CPU usage, (0,1]
 	ErrorThreshold   float64 // error rate that triggers the Gamma cut, [0,1]
-	Signal           Signal
-	Probe            *Probe // non-nil iff Signal == SignalProbe
 }
 
 // Probe is an active latency probe.

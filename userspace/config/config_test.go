@@ -180,8 +180,8 @@ func TestFullExample(t *testing.T) {
 		t.Errorf("grpc-warm-paced = %+v", wp)
 	}
 	a := byName["backend"].Adaptive
-	wantA := &Adaptive{Law: LawAIMD, TargetLatency: 25 * time.Millisecond, MinRate: 1000, MaxRate: 12000, KA: 40, KM: 0.4,
-		Gamma: 0.6, Alpha: 0.3, CPUHigh: 0.7, ErrorThreshold: 0.1, Signal: SignalProbe,
+	wantA := &Adaptive{Law: LawAIMD, AdaptiveParams: AdaptiveParams{TargetLatency: 25 * time.Millisecond, MinRate: 1000,
+		MaxRate: 12000, KA: 40, KM: 0.4, Gamma: 0.6, Alpha: 0.3, CPUHigh: 0.7, ErrorThreshold: 0.1}, Signal: SignalProbe,
 		Probe: &Probe{Kind: ProbeHTTP, Address: "127.0.0.1:8080", Path: "/healthz", Interval: 2 * time.Second, Timeout: time.Second}}
 	if !reflect.DeepEqual(a, wantA) {
 		t.Errorf("adaptive:\n got %+v %+v\nwant %+v %+v", a, a.Probe, wantA, wantA.Probe)
@@ -217,8 +217,9 @@ func TestDefaults(t *testing.T) {
 		{"warm_up cold factor", rule("behavior: warm_up", "warm_up: {period: 5s}"),
 			func(r *Rule) any { return r.WarmUp }, &WarmUp{Period: 5 * time.Second, ColdFactor: 3}},
 		{"adaptive", rule("behavior: adaptive", "adaptive: {target_latency: 10ms, min_rate: 50, max_rate: 500}"),
-			func(r *Rule) any { return r.Adaptive }, &Adaptive{Law: LawTrack, TargetLatency: 10 * time.Millisecond, MinRate: 50, MaxRate: 500,
-				KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05, Signal: SignalAcceptQueue}},
+			func(r *Rule) any { return r.Adaptive }, &Adaptive{Law: LawTrack, AdaptiveParams: AdaptiveParams{TargetLatency: 10 * time.Millisecond,
+				MinRate: 50, MaxRate: 500, KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05},
+				Signal: SignalAcceptQueue}},
 		{"probe", rule("behavior: adaptive", "adaptive: {target_latency: 10ms, min_rate: 50, max_rate: 500, signal: probe,",
 			"  probe: {kind: http, address: \"[::1]:80\"}}"),
 			func(r *Rule) any { return r.Adaptive.Probe }, &Probe{Kind: ProbeHTTP, Address: "[::1]:80", Path: "/", Interval: time.Second, Timeout: 500 * time.Millisecond}},

@@ -364,8 +364,8 @@ func (p *parser) adaptive(rule *mapping, ctx ruleCtx) *Adaptive {
 		return nil
 	}
 	before := len(p.errs)
-	a := &Adaptive{Law: LawTrack, KA: DefaultKA, KM: DefaultKM, Gamma: DefaultGamma, Alpha: DefaultAlpha,
-		CPUHigh: DefaultCPUHigh, ErrorThreshold: DefaultErrorThreshold, Signal: SignalAcceptQueue}
+	a := &Adaptive{Law: LawTrack, AdaptiveParams: AdaptiveParams{KA: DefaultKA, KM: DefaultKM, Gamma: DefaultGamma,
+		Alpha: DefaultAlpha, CPUHigh: DefaultCPUHigh, ErrorThreshold: DefaultErrorThreshold}, Signal: SignalAcceptQueue}
 	if v, _, ok := enum(p, s, "law", LawTrack, LawAIMD); ok {
 		a.Law = v
 	}

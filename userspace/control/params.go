@@ -1,6 +1,10 @@
 package control
 
-import "time"
+import (
+	"time"
+
+	"github.com/xlimit/xlimit/userspace/config"
+)
 
 // Behavior is the law that steers a rule (docs/design.md §5).
 type Behavior uint8
@@ -30,19 +34,11 @@ type WarmUpParams struct {
 	ColdFactor float64
 }
 
-// AIMDParams are the target, bounds and gains of an adaptive rule. Track
-// reads TargetLatency, MinRate, MaxRate and ErrorThreshold of them; the
-// gains are AIMD's.
-type AIMDParams struct {
-	TargetLatency    time.Duration
-	MinRate, MaxRate float64
-	KA               float64 // additive increase gain
-	KM               float64 // multiplicative decrease gain, (0,1]
-	Gamma            float64 // decrease factor on errors, (0,1)
-	Alpha            float64 // latency smoothing, (0,1]
-	CPUHigh          float64 // no increase at or above this CPU usage, (0,1]
-	ErrorThreshold   float64 // error rate that triggers the Gamma cut, [0,1]
-}
+// AIMDParams are the target, bounds and gains of an adaptive rule, the
+// config's own type (one definition: the rules file's adaptive section is
+// the laws' parameters). Track reads TargetLatency, MinRate, MaxRate and
+// ErrorThreshold of them; the gains are AIMD's.
+type AIMDParams = config.AdaptiveParams
 
 // BreakerParams configure a circuit breaker (docs/design.md §5.8).
 type BreakerParams struct {

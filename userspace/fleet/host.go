@@ -471,13 +471,6 @@ func (h *Host) Fail(now time.Time) {
 	h.next = now.Add(h.cfg.Interval / 2)
 }
 
-// Exchanges returns the counts of answered and failed exchanges.
-func (h *Host) Exchanges() (answered, failed uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.calls, h.errs
-}
-
 // Cap returns the rate and burst rule name may use at now and until when
 // (zero: no deadline, the rate is a safe share). ok is false when name is
 // not a fleet rule.
