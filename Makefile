@@ -106,12 +106,12 @@ e2e: build-test ## End-to-end tests (root): namespaces, veth, real traffic, the 
 	rc=$${PIPESTATUS[0]}; test $$rc -eq 0 || { echo "== e2e: the whole output of each failed test (all of it in e2e.log):"; \
 	awk '/^=== RUN/ && $$3 !~ /\// { buf = "" } { buf = buf $$0 "\n" } /^--- FAIL/ { printf "%s", buf; buf = "" }' e2e.log; exit $$rc; }
 
-# Debian package name or .deb of the kernel `make kernel-test` boots.
+# Debian package name or .deb of the kernel `make test-kernel-qemu` boots.
 KERNEL ?= linux-image-cloud-amd64
 
-.PHONY: kernel-test
-kernel-test: ## Kernel tier on another kernel under qemu (KERNEL=Debian package or .deb; default Debian 12's 6.1 cloud kernel).
-	kernel-test/run.sh '$(KERNEL)'
+.PHONY: test-kernel-qemu
+test-kernel-qemu: ## Kernel tier on another kernel under qemu (KERNEL=Debian package or .deb; default Debian 12's 6.1 cloud kernel).
+	tests/kernel-qemu/run.sh '$(KERNEL)'
 
 .PHONY: vm-validate
 vm-validate: ## Check the Vagrantfile (the VM itself cannot boot in CI).

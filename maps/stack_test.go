@@ -13,7 +13,7 @@ import (
 // oldest kernel xlimit supports (6.1) counts it: each frame rounded up to
 // 32 bytes, and at least 32 (docs/kernels.md). A newer verifier counts less, so a program
 // that passes 6.18 can still be refused by 6.1; this test says so without
-// booting 6.1 (`make kernel-test` does).
+// booting 6.1 (`make test-kernel-qemu` does).
 const maxCombinedStack = 512
 
 // frameStack returns, for each function of a program (its entry and the

@@ -2,7 +2,7 @@
 # Runs xlimit's kernel tier on another kernel: a Debian kernel package booted
 # under qemu with a tiny busybox initramfs that carries the test binaries.
 #
-#   kernel-test/run.sh [KERNEL]      (make kernel-test KERNEL=...)
+#   tests/kernel-qemu/run.sh [KERNEL]      (make test-kernel-qemu KERNEL=...)
 #
 # KERNEL is a Debian package name (linux-image-6.1.0-57-cloud-amd64, or a
 # meta package such as linux-image-cloud-amd64, resolved to the kernel it
@@ -26,12 +26,12 @@
 #   KT_INSTALL=0           do not apt-get install missing qemu/busybox-static
 #   GO                     the go command (default go)
 #
-# Everything downloaded or built lives in kernel-test/.cache/ (gitignored);
-# the guest's serial logs end up in kernel-test/.cache/logs/<release>/.
+# Everything downloaded or built lives in tests/kernel-qemu/.cache/ (gitignored);
+# the guest's serial logs end up in tests/kernel-qemu/.cache/logs/<release>/.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
+repo=$(cd "$here/../.." && pwd)
 cache=$here/.cache
 GO=${GO:-go}
 KERNEL=${1:-${KERNEL:-linux-image-cloud-amd64}}
@@ -74,9 +74,9 @@ KT_E2E_RETRIES=${KT_E2E_RETRIES:-1}
 # built in: veth for the lab, the sock_diag modules the daemon's signals use.
 KT_MODULES=${KT_MODULES:-veth inet_diag tcp_diag udp_diag}
 
-log() { printf '== kernel-test: %s\n' "$*" >&2; }
+log() { printf '== test-kernel-qemu: %s\n' "$*" >&2; }
 die() {
-	printf 'kernel-test: %s\n' "$*" >&2
+	printf 'test-kernel-qemu: %s\n' "$*" >&2
 	exit 3
 }
 
@@ -122,7 +122,7 @@ mkdir -p "$cache/debs" "$cache/kernels" "$cache/logs"
 # One run at a time per checkout: they share the build directory.
 exec 8>"$cache/.lock"
 if ! flock -n 8; then
-	log "waiting for another kernel-test run in this checkout"
+	log "waiting for another test-kernel-qemu run in this checkout"
 	flock 8
 fi
 if [[ -f $KERNEL ]]; then
