@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"log/slog"
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -13,21 +14,21 @@ import (
 // and for every virtio_net interface whose XDP_TX shares the stack's
 // queue pairs, that the driver's shared mode has panicked a kernel
 // (loader.CheckXDPTxQueues).
-func (d *daemon) warnXDPTx(s *Specs) {
-	names := dataplane.XDPTxRules(s.Dataplane)
+func warnXDPTx(log *slog.Logger, ifaces []string, spec *dataplane.Spec) {
+	names := dataplane.XDPTxRules(spec)
 	if len(names) == 0 {
 		return
 	}
-	for _, a := range d.attach {
-		if err := loader.CheckXDPTxPeer(a.Iface); errors.Is(err, loader.ErrVethPeerNoXDP) {
-			d.log.Warn("answers from XDP will not arrive: "+err.Error(), "iface", a.Iface, "rules", names)
+	for _, iface := range ifaces {
+		if err := loader.CheckXDPTxPeer(iface); errors.Is(err, loader.ErrVethPeerNoXDP) {
+			log.Warn("answers from XDP will not arrive: "+err.Error(), "iface", iface, "rules", names)
 		} else if err != nil {
-			d.log.Debug("cannot tell whether answers from XDP arrive", "iface", a.Iface, "err", err)
+			log.Debug("cannot tell whether answers from XDP arrive", "iface", iface, "err", err)
 		}
-		if err := loader.CheckXDPTxQueues(a.Iface); errors.Is(err, loader.ErrVirtioSharedXDPTx) {
-			d.log.Warn("answers from XDP in virtio_net's shared mode: "+err.Error(), "iface", a.Iface, "rules", names)
+		if err := loader.CheckXDPTxQueues(iface); errors.Is(err, loader.ErrVirtioSharedXDPTx) {
+			log.Warn("answers from XDP in virtio_net's shared mode: "+err.Error(), "iface", iface, "rules", names)
 		} else if err != nil {
-			d.log.Debug("cannot tell virtio_net's XDP_TX mode", "iface", a.Iface, "err", err)
+			log.Debug("cannot tell virtio_net's XDP_TX mode", "iface", iface, "err", err)
 		}
 	}
 }

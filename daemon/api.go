@@ -43,7 +43,7 @@ func (d *daemon) Status() (api.StatusReport, error) {
 		}
 		rep.Interfaces = append(rep.Interfaces, st)
 	}
-	rep.Fleet = d.fleetStatus()
+	rep.Fleet = d.fleet.status()
 	return rep, nil
 }
 

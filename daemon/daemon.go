@@ -103,11 +103,11 @@ type daemon struct {
 	plans    map[string]*dataplane.Plan
 	attached map[string]bool // configured interface → the program is attached (links.go)
 
-	ifaces          []string                   // the configured interfaces
-	guard           atomic.Pointer[guard]      // the rules file's allow and management (guard.go)
-	sourceTableSize int                        // of the attachments
-	reattachErr     map[string]string          // the last error of attaching again, logged once
-	hostAddrs       map[string]*hostAddrsState // by interface (hostaddrs.go), guarded by mu
+	ifaces          []string              // the configured interfaces
+	guard           atomic.Pointer[guard] // the rules file's allow and management (guard.go)
+	sourceTableSize int                   // of the attachments
+	reattachErr     map[string]string     // the last error of attaching again, logged once
+	hostAddrs       hostAddrs             // the host's addresses in the kernel (hostaddrs.go)
 
 	api     *api.Server
 	prep    *preparer       // documents that arrive while running (prepare.go)
@@ -158,7 +158,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	d := &daemon{opts: o, log: o.Logger, loop: loop, feedback: xsignal.NewFeedback()}
+	d := &daemon{opts: o, log: o.Logger, loop: loop, feedback: xsignal.NewFeedback(),
+		queues: kernelQueues{log: o.Logger, detach: o.DetachOnExit}}
+	d.hostAddrs = hostAddrs{log: o.Logger, attached: func(f func([]*loader.Attachment)) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		f(d.attach)
+	}}
 	return d.run(ctx)
 }
 
@@ -234,13 +240,18 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	d.loop.SetSampler(&d.signals)
 	d.loop.SetOutcomes(&d.signals)
 
-	if err := d.openFleet(); err != nil {
+	f, err := openFleet(d.opts.Fleet, d.opts.NodeName, d.loop.Period(), d.opts.Clock, d.log) // fleet.go
+	if err != nil {
 		return err
+	}
+	if f != nil {
+		d.fleet = f
+		d.loop.SetCap(f.host)
 	}
 	if err := d.attachAll(ifaces, start); err != nil {
 		return err
 	}
-	defer d.watchHostAddrs(ctx)() // hostaddrs.go: what the program may answer
+	defer d.hostAddrs.watch(ctx)() // hostaddrs.go: what the program may answer
 	if err := d.applyDocument(start.doc, start); err != nil {
 		return err
 	}
@@ -252,10 +263,10 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		}
 		d.metrics = m
 		m.startReverts(d.startReverts)
-		m.collector.SetQueues(d.queueStats)
-		m.collector.SetFleet(d.fleetMetrics)
+		m.collector.SetQueues(d.queues.stats)
+		m.collector.SetFleet(d.fleet.metrics)
 	}
-	defer d.runFleet(ctx)()
+	defer d.fleet.run(ctx)()
 	defer d.startRulesSource(ctx)()
 	var changes <-chan watch.Change
 	if d.src != nil || d.opts.Config == "" {
@@ -371,13 +382,7 @@ func (d *daemon) attachAll(ifaces []string, start *prepared) error {
 // systemd the loop is alive.
 func (d *daemon) afterTick(rep control.TickReport) {
 	d.metrics.tick(rep, d.loop.Period())
-	if d.fleet != nil {
-		demands := make([]ruleDemand, 0, len(rep.Rules))
-		for _, r := range rep.Rules {
-			demands = append(demands, ruleDemand{r.Name, r.Demand})
-		}
-		d.fleetObserve(rep.Start, demands)
-	}
+	d.fleet.observe(rep)
 	d.logBreakers(rep)
 	for _, r := range rep.Rules {
 		if r.Err != nil {
@@ -386,7 +391,7 @@ func (d *daemon) afterTick(rep control.TickReport) {
 		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale,
 			"demand", r.Demand, "in_flight_cap", r.InFlightCap)
 	}
-	d.queueRates(rep)
+	d.queues.rates(d.ifaceNames(), rep)
 	d.dog.ping(rep.Start)
 }
 
@@ -436,7 +441,7 @@ func (d *daemon) close() error {
 	if d.metrics != nil {
 		errs = append(errs, d.metrics.close())
 	}
-	errs = append(errs, d.closeQueues())
+	errs = append(errs, d.queues.close(d.ifaceNames()))
 	for _, a := range d.attach {
 		errs = append(errs, a.Close())
 		if d.opts.DetachOnExit {
@@ -444,4 +449,15 @@ func (d *daemon) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ifaceNames are the interfaces the program is attached to, for the parts
+// that act on each (the kernel queues, the XDP_TX warnings). The loop
+// goroutine's, like d.attach.
+func (d *daemon) ifaceNames() []string {
+	names := make([]string, len(d.attach))
+	for i, a := range d.attach {
+		names[i] = a.Iface
+	}
+	return names
 }

@@ -5,10 +5,12 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/fleet"
 	"github.com/xlimit/xlimit/userspace/metrics"
 )
@@ -18,6 +20,8 @@ import (
 // rates; a goroutine of its own exchanges with the store once per epoch,
 // so that the loop never waits for Redis.
 type fleetShare struct {
+	log      *slog.Logger
+	clock    control.Clock
 	opts     fleet.Options
 	node     string
 	host     *fleet.Host
@@ -25,66 +29,58 @@ type fleetShare struct {
 	lastTick time.Time // the loop goroutine's
 }
 
-// openFleet parses --fleet and --node-name and hands the loop its cap.
-func (d *daemon) openFleet() error {
-	if d.opts.Fleet == "" {
-		return nil
+// openFleet parses --fleet (url) and --node-name (node) for a control
+// loop of the given period; nil without --fleet. The loop takes its Host
+// as its cap.
+func openFleet(url, node string, period time.Duration, clock control.Clock, log *slog.Logger) (*fleetShare, error) {
+	if url == "" {
+		return nil, nil
 	}
-	o, err := fleet.ParseURL(d.opts.Fleet)
+	o, err := fleet.ParseURL(url)
 	if err != nil {
-		return fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
+		return nil, fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
 	}
-	node := d.opts.NodeName
 	if node == "" {
 		if node, err = os.Hostname(); err != nil {
-			return fmt.Errorf("%w: --node-name not given and no hostname: %v", ErrUsage, err)
+			return nil, fmt.Errorf("%w: --node-name not given and no hostname: %v", ErrUsage, err)
 		}
 	}
 	// The loop writes every period; a lease must not end between two
 	// writes (half a period of margin for a late tick).
-	guard := d.loop.Period() * 3 / 2
+	guard := period * 3 / 2
 	h, err := fleet.NewHost(node, fleet.Config{Interval: o.Interval, Guard: guard})
 	if err != nil {
-		return fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
+		return nil, fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
 	}
-	d.fleet = &fleetShare{opts: o, node: node, host: h, store: fleet.OpenRedis(o)}
-	d.loop.SetCap(h)
-	d.log.Info("sharing fleet budgets", "store", o.URL, "node", node, "interval", o.Interval)
-	return nil
+	log.Info("sharing fleet budgets", "store", o.URL, "node", node, "interval", o.Interval)
+	return &fleetShare{log: log, clock: clock, opts: o, node: node, host: h, store: fleet.OpenRedis(o)}, nil
 }
 
-// fleetRules gives the Host the fleet rules of the specs in force.
-func (d *daemon) fleetRules(s *Specs) {
-	if d.fleet != nil {
-		d.fleet.host.SetRules(s.Fleet)
+// setRules gives the Host the fleet rules in force.
+func (f *fleetShare) setRules(rules []fleet.Rule) {
+	if f != nil {
+		f.host.SetRules(rules)
 	}
 }
 
-// fleetObserve feeds the Host each fleet rule's offered rate of a tick.
-func (d *daemon) fleetObserve(start time.Time, rules []ruleDemand) {
-	f := d.fleet
+// observe feeds the Host each fleet rule's offered rate of a tick.
+func (f *fleetShare) observe(rep control.TickReport) {
 	if f == nil {
 		return
 	}
-	dt := start.Sub(f.lastTick)
-	f.lastTick = start
+	dt := rep.Start.Sub(f.lastTick)
+	f.lastTick = rep.Start
 	if dt <= 0 || dt > time.Minute {
 		return
 	}
-	for _, r := range rules {
-		f.host.Observe(r.name, r.demand, dt)
+	for _, r := range rep.Rules {
+		f.host.Observe(r.Name, r.Demand, dt)
 	}
 }
 
-type ruleDemand struct {
-	name   string
-	demand float64
-}
-
-// runFleet exchanges with the store once per epoch until ctx ends or
-// stop is called.
-func (d *daemon) runFleet(parent context.Context) (stop func()) {
-	f := d.fleet
+// run exchanges with the store once per epoch until ctx ends or stop is
+// called.
+func (f *fleetShare) run(parent context.Context) (stop func()) {
 	if f == nil {
 		return func() {}
 	}
@@ -103,7 +99,7 @@ func (d *daemon) runFleet(parent context.Context) (stop func()) {
 				return
 			case <-timer.C:
 			}
-			now := d.opts.Clock.Now()
+			now := f.clock.Now()
 			if f.host.Due(now) {
 				reps := f.host.Reports()
 				cctx, cancel := context.WithTimeout(ctx, f.opts.Interval)
@@ -111,28 +107,28 @@ func (d *daemon) runFleet(parent context.Context) (stop func()) {
 				cancel()
 				switch {
 				case err != nil:
-					f.host.Fail(d.opts.Clock.Now())
+					f.host.Fail(f.clock.Now())
 					if up {
-						d.log.Error("FLEET STORE LOST: fleet rules fall back to their safe share when their leases end", "store", f.opts.URL, "err", err)
+						f.log.Error("FLEET STORE LOST: fleet rules fall back to their safe share when their leases end", "store", f.opts.URL, "err", err)
 					}
 					up = false
 				default:
-					if err := f.host.Apply(now, d.opts.Clock.Now(), reps, ans); err != nil {
-						d.log.Error("fleet store", "err", err)
+					if err := f.host.Apply(now, f.clock.Now(), reps, ans); err != nil {
+						f.log.Error("fleet store", "err", err)
 					}
 					if !up {
-						d.log.Info("fleet store back", "store", f.opts.URL)
+						f.log.Info("fleet store back", "store", f.opts.URL)
 					}
 					up = true
 					if n := f.host.ClockSteps(); n != steps {
 						steps = n
-						d.log.Warn("fleet store's clock stepped, or another server answers (a restart or a failover): shares rise only once every earlier lease has ended",
+						f.log.Warn("fleet store's clock stepped, or another server answers (a restart or a failover): shares rise only once every earlier lease has ended",
 							"store", f.opts.URL, "discontinuities", n)
 					}
-					for _, r := range f.host.Status(d.opts.Clock.Now()) {
+					for _, r := range f.host.Status(f.clock.Now()) {
 						if r.Interval != 0 && r.Interval != intervals[r.Rule] {
 							if r.Interval != f.opts.Interval || intervals[r.Rule] != 0 {
-								d.log.Info("fleet key's epoch: the shortest interval its hosts ask for", "rule", r.Rule, "key", r.Key,
+								f.log.Info("fleet key's epoch: the shortest interval its hosts ask for", "rule", r.Rule, "key", r.Key,
 									"epoch", r.Interval, "interval", f.opts.Interval)
 							}
 							intervals[r.Rule] = r.Interval
@@ -140,7 +136,7 @@ func (d *daemon) runFleet(parent context.Context) (stop func()) {
 					}
 				}
 			}
-			wait := min(max(f.host.Next().Sub(d.opts.Clock.Now()), time.Millisecond), f.opts.Interval)
+			wait := min(max(f.host.Next().Sub(f.clock.Now()), time.Millisecond), f.opts.Interval)
 			timer.Reset(wait)
 		}
 	}()
@@ -151,23 +147,22 @@ func (d *daemon) runFleet(parent context.Context) (stop func()) {
 	}
 }
 
-// fleetStatus is the fleet part of GET /v1/status; nil without --fleet.
-func (d *daemon) fleetStatus() *api.FleetStatus {
-	f := d.fleet
+// status is the fleet part of GET /v1/status; nil without --fleet.
+func (f *fleetShare) status() *api.FleetStatus {
 	if f == nil {
 		return nil
 	}
 	st := &api.FleetStatus{Node: f.node, Store: f.opts.URL, Up: f.host.Up(), Rules: []api.FleetRuleStatus{}}
-	for _, r := range f.host.Status(d.opts.Clock.Now()) {
+	for _, r := range f.host.Status(f.clock.Now()) {
 		st.Rules = append(st.Rules, api.FleetRuleStatus{Rule: r.Rule, Key: r.Key, Share: r.Share, Demand: r.Demand,
 			State: r.State, LeaseAgeSeconds: r.LeaseAge.Seconds(), Hosts: r.Hosts})
 	}
 	return st
 }
 
-// fleetMetrics is the collector's view of the fleet rules.
-func (d *daemon) fleetMetrics() []metrics.FleetRule {
-	st := d.fleetStatus()
+// metrics is the collector's view of the fleet rules.
+func (f *fleetShare) metrics() []metrics.FleetRule {
+	st := f.status()
 	if st == nil {
 		return nil
 	}

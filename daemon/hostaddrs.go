@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -23,8 +25,20 @@ import (
 
 const hostAddrsResync = 30 * time.Second
 
-// hostAddrsState is what the daemon knows of an interface's xl_host_addrs
-// (guarded by d.mu): the last refresh, the refreshes that failed, and
+// hostAddrs keeps the host's addresses in the kernel maps of the
+// attachments it is given, and what it knows of each interface's.
+type hostAddrs struct {
+	log *slog.Logger
+	// attached runs f with the attachments, under the lock that guards
+	// them against re-attaching (the daemon's mu).
+	attached func(f func([]*loader.Attachment))
+
+	mu    sync.Mutex // guards state against the metrics collector
+	state map[string]*hostAddrsState
+}
+
+// hostAddrsState is what the daemon knows of an interface's xl_host_addrs:
+// the last refresh, the refreshes that failed, and
 // whether the addresses that did not fit were reported (once, until all
 // fit again).
 type hostAddrsState struct {
@@ -39,72 +53,78 @@ type hostAddrsState struct {
 // stops enforcement: a refresh that fails is logged and counted
 // (xlimit_host_addrs_refresh_errors_total), the map keeps what it held,
 // marked incomplete, and the next event or resync tries again.
-func (d *daemon) refreshHostAddrs() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.hostAddrs == nil {
-		d.hostAddrs = map[string]*hostAddrsState{}
+func (h *hostAddrs) refresh() {
+	h.attached(h.refreshAll)
+}
+
+func (h *hostAddrs) refreshAll(attach []*loader.Attachment) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state == nil {
+		h.state = map[string]*hostAddrsState{}
 	}
-	for _, a := range d.attach {
+	for _, a := range attach {
 		var others []int
-		for _, o := range d.attach {
+		for _, o := range attach {
 			if o != a {
 				others = append(others, o.Ifindex)
 			}
 		}
-		hs := d.hostAddrs[a.Iface]
+		hs := h.state[a.Iface]
 		if hs == nil {
 			hs = &hostAddrsState{}
-			d.hostAddrs[a.Iface] = hs
+			h.state[a.Iface] = hs
 		}
 		st, err := a.RefreshHostAddrs(others...)
 		hs.last = st
 		if err != nil {
 			hs.failures++
-			d.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written", "iface", a.Iface, "err", err)
+			h.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written", "iface", a.Iface, "err", err)
 		}
 		switch {
 		case st.Unlisted > 0 && !hs.warned:
 			hs.warned = true
-			d.log.Warn("host addresses unlisted: the host has more than xl_host_addrs holds; those of the attached interfaces are listed first (docs/dataplane.md)",
+			h.log.Warn("host addresses unlisted: the host has more than xl_host_addrs holds; those of the attached interfaces are listed first (docs/dataplane.md)",
 				"iface", a.Iface, "listed", st.Listed, "unlisted", st.Unlisted, "capacity", dataplane.HostAddrsMax)
 		case st.Unlisted == 0 && hs.warned && err == nil:
 			hs.warned = false
-			d.log.Info("host addresses: all listed again", "iface", a.Iface, "listed", st.Listed)
+			h.log.Info("host addresses: all listed again", "iface", a.Iface, "listed", st.Listed)
 		}
 		// The MTU, whose MSS SYN cookies announce, changes with the link.
 		if err := a.RefreshCookieLink(); err != nil {
-			d.log.Warn("cannot write the SYN cookies' MSS", "iface", a.Iface, "err", err)
+			h.log.Warn("cannot write the SYN cookies' MSS", "iface", a.Iface, "err", err)
 		}
 	}
 }
 
-// hostAddrsMetrics is the host-address state of an interface for the
-// metrics (nil before the first refresh). Called with d.mu held.
-func (d *daemon) hostAddrsMetrics(a *loader.Attachment) *metrics.HostAddrs {
+// metrics is the host-address state of an interface for the metrics (the
+// attachment's own before the first refresh).
+func (h *hostAddrs) metrics(a *loader.Attachment) *metrics.HostAddrs {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	st, failures := a.HostAddrs, uint64(0)
-	if hs := d.hostAddrs[a.Iface]; hs != nil {
+	if hs := h.state[a.Iface]; hs != nil {
 		st, failures = hs.last, hs.failures
 	}
 	return &metrics.HostAddrs{Listed: st.Listed, Unlisted: st.Unlisted, RefreshErrors: failures}
 }
 
-// watchHostAddrs keeps the host's addresses in the kernel up to date until
-// ctx ends or the returned stop is called.
-func (d *daemon) watchHostAddrs(ctx context.Context) (stop func()) {
+// watch keeps the host's addresses in the kernel up to date until ctx
+// ends or the returned stop is called.
+func (h *hostAddrs) watch(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	addrCh, linkCh := make(chan netlink.AddrUpdate, 64), make(chan netlink.LinkUpdate, 64)
 	done := make(chan struct{})
-	errf := func(err error) { d.log.Debug("netlink address watch", "err", err) }
+	errf := func(err error) { h.log.Debug("netlink address watch", "err", err) }
 	if err := netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{ErrorCallback: errf}); err != nil {
-		d.log.Warn("not watching address changes; the host's addresses are re-read every "+hostAddrsResync.String(), "err", err)
+		h.log.Warn("not watching address changes; the host's addresses are re-read every "+hostAddrsResync.String(), "err", err)
 		addrCh = nil
 	}
 	if err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{ErrorCallback: errf}); err != nil {
-		d.log.Warn("not watching link changes; MAC changes are seen every "+hostAddrsResync.String(), "err", err)
+		h.log.Warn("not watching link changes; MAC changes are seen every "+hostAddrsResync.String(), "err", err)
 		linkCh = nil
 	}
-	d.refreshHostAddrs()
+	h.refresh()
 	finished := make(chan struct{})
 	aCh, lCh := addrCh, linkCh
 	go func() {
@@ -136,7 +156,7 @@ func (d *daemon) watchHostAddrs(ctx context.Context) (stop func()) {
 					drained = true
 				}
 			}
-			d.refreshHostAddrs()
+			h.refresh()
 		}
 	}()
 	return func() {

@@ -106,7 +106,7 @@ func (d *daemon) metricTargets() []metrics.Target {
 	var ts []metrics.Target
 	for _, a := range d.attach {
 		if p := d.plans[a.Iface]; p != nil {
-			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrsMetrics(a)})
+			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a)})
 		}
 	}
 	return ts

@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/vishvananda/netns"
 
@@ -15,35 +16,36 @@ import (
 
 // kernelQueues keeps the TC queues of paced rules with queue: kernel
 // (userspace/tcqueue, docs/queue.md) in step with the rules and the
-// control loop. Only the daemon's loop goroutine calls it, except stats
-// (the metrics collector), which the manager makes safe.
+// control loop, on the interfaces it is given. Only the daemon's loop
+// goroutine calls it, except stats (the metrics collector), which the
+// manager makes safe.
 type kernelQueues struct {
+	log    *slog.Logger
+	detach bool // take the queues off when the daemon stops (--detach-on-exit)
 	mgr    *tcqueue.Manager
 	static map[string]float64 // queued rule → its static rate
 }
 
-// planQueues checks that the queues of s can be built on every interface,
+// plan checks that the queues of spec can be built on every interface,
 // before anything is written: a rules file whose filters cannot be made is
 // refused like any other invalid file.
-func (d *daemon) planQueues(s *Specs) error {
-	for _, a := range d.attach {
-		if _, err := tcqueue.Filters(a.Iface, s.Queues); err != nil {
+func (q *kernelQueues) plan(ifaces []string, spec tcqueue.Spec) error {
+	for _, iface := range ifaces {
+		if _, err := tcqueue.Filters(iface, spec); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// applyQueues reconciles the kernel queues with s on every interface,
-// after the maps are written. A failure is logged and leaves the XDP
-// ceiling (rate × max_queueing_time + 1) as the rule's only limit.
-func (d *daemon) applyQueues(s *Specs) {
-	q := &d.queues
-	spec := s.Queues
+// apply reconciles the kernel queues with spec on every interface, after
+// the maps are written. A failure is logged and leaves the XDP ceiling
+// (rate × max_queueing_time + 1) as the rule's only limit.
+func (q *kernelQueues) apply(ifaces []string, spec tcqueue.Spec) {
 	if q.mgr == nil {
 		m, err := tcqueue.Open(netns.None())
 		if err != nil {
-			d.log.Error("cannot manage kernel queues; queue: kernel rules run as queue: none", "err", err)
+			q.log.Error("cannot manage kernel queues; queue: kernel rules run as queue: none", "err", err)
 			return
 		}
 		q.mgr = m
@@ -52,21 +54,20 @@ func (d *daemon) applyQueues(s *Specs) {
 	for _, r := range spec.Queues {
 		q.static[r.Rule] = r.Rate
 	}
-	for _, a := range d.attach {
-		if err := q.mgr.Apply(a.Iface, spec); err != nil {
-			d.log.Error("kernel queues not in force; the XDP ceiling still holds", "iface", a.Iface, "err", err)
+	for _, iface := range ifaces {
+		if err := q.mgr.Apply(iface, spec); err != nil {
+			q.log.Error("kernel queues not in force; the XDP ceiling still holds", "iface", iface, "err", err)
 			continue
 		}
 		if len(spec.Queues) > 0 {
-			d.log.Info("kernel queues in force", "iface", a.Iface, "rules", len(spec.Queues))
+			q.log.Info("kernel queues in force", "iface", iface, "rules", len(spec.Queues))
 		}
 	}
 }
 
-// queueRates puts the control loop's rates (warm_up_paced) in force in the
+// rates puts the control loop's rates (warm_up_paced) in force in the
 // queues; the manager writes only rates that changed by more than 0.5 %.
-func (d *daemon) queueRates(rep control.TickReport) {
-	q := &d.queues
+func (q *kernelQueues) rates(ifaces []string, rep control.TickReport) {
 	if q.mgr == nil || len(q.static) == 0 {
 		return
 	}
@@ -74,19 +75,18 @@ func (d *daemon) queueRates(rep control.TickReport) {
 		if _, ok := q.static[r.Name]; !ok || r.Rate <= 0 || r.Err != nil {
 			continue
 		}
-		for _, a := range d.attach {
-			if wrote, err := q.mgr.SetRate(a.Iface, r.Name, r.Rate); err != nil {
-				d.log.Warn("cannot set the queue's rate", "rule", r.Name, "iface", a.Iface, "err", err)
+		for _, iface := range ifaces {
+			if wrote, err := q.mgr.SetRate(iface, r.Name, r.Rate); err != nil {
+				q.log.Warn("cannot set the queue's rate", "rule", r.Name, "iface", iface, "err", err)
 			} else if wrote {
-				d.log.Debug("queue rate", "rule", r.Name, "iface", a.Iface, "rate", r.Rate)
+				q.log.Debug("queue rate", "rule", r.Name, "iface", iface, "rate", r.Rate)
 			}
 		}
 	}
 }
 
-// queueStats is the metrics collector's view of the queues.
-func (d *daemon) queueStats() ([]metrics.QueueStat, error) {
-	q := &d.queues
+// stats is the metrics collector's view of the queues.
+func (q *kernelQueues) stats() ([]metrics.QueueStat, error) {
 	if q.mgr == nil {
 		return nil, nil
 	}
@@ -99,22 +99,21 @@ func (d *daemon) queueStats() ([]metrics.QueueStat, error) {
 	return out, err
 }
 
-// closeQueues runs when the daemon stops. The queues stay (protection
-// outlives the daemon, like the XDP program) at their static rates, as the
-// kernel's buckets fall back to theirs; with --detach-on-exit they go.
-func (d *daemon) closeQueues() error {
-	q := &d.queues
+// close runs when the daemon stops. The queues stay (protection outlives
+// the daemon, like the XDP program) at their static rates, as the kernel's
+// buckets fall back to theirs; with --detach-on-exit they go.
+func (q *kernelQueues) close(ifaces []string) error {
 	if q.mgr == nil {
 		return nil
 	}
 	var errs []error
-	for _, a := range d.attach {
-		if d.opts.DetachOnExit {
-			errs = append(errs, q.mgr.Remove(a.Iface))
+	for _, iface := range ifaces {
+		if q.detach {
+			errs = append(errs, q.mgr.Remove(iface))
 			continue
 		}
 		for rule, rate := range q.static {
-			if _, err := q.mgr.SetRate(a.Iface, rule, rate); err != nil {
+			if _, err := q.mgr.SetRate(iface, rule, rate); err != nil {
 				errs = append(errs, err)
 			}
 		}

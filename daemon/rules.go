@@ -151,7 +151,7 @@ func (d *daemon) commit(p *prepared) error {
 	for _, w := range p.specs.NotEnforced {
 		d.log.Warn("not enforced by this version", "what", w)
 	}
-	d.warnXDPTx(p.specs) // answer.go
+	warnXDPTx(d.log, d.ifaceNames(), p.specs.Dataplane) // answer.go
 	return nil
 }
 
@@ -164,7 +164,7 @@ func (d *daemon) apply(pd *prepared) error {
 	if err := (xsignal.ProbePolicy{Allow: d.opts.ProbeAllow}).Check(s.Probes); err != nil {
 		return err
 	}
-	if err := d.planQueues(s); err != nil {
+	if err := d.queues.plan(d.ifaceNames(), s.Queues); err != nil {
 		return err
 	}
 	plans := make(map[string]*dataplane.Plan, len(d.attach))
@@ -208,9 +208,9 @@ func (d *daemon) apply(pd *prepared) error {
 		d.plans[a.Iface] = plans[a.Iface]
 		d.mu.Unlock()
 	}
-	d.applyQueues(s)
+	d.queues.apply(d.ifaceNames(), s.Queues)
 	d.specs = s
-	d.fleetRules(s)
+	d.fleet.setRules(s.Fleet)
 	d.feedback.Configure(s.Feedback)
 	if err := d.probes.Configure(s.Probes); err != nil {
 		return err
