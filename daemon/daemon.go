@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,61 +26,10 @@ import (
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/metrics"
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 	"github.com/xlimit/xlimit/userspace/watch"
 )
-
-// Options configure a daemon. Config or RulesSource is required.
-type Options struct {
-	Config      string // rules file; with RulesSource, bootstrap rules only
-	RulesSource string // URL of the rules in Redis (docs/fleet.md); "" for none
-	Fleet       string // URL of the fleet store (docs/fleet.md); "" for none
-	NodeName    string // this host in the fleet store; "": the hostname
-	// RulesSourcePasswordFile holds the rules source's password; ""
-	// takes $XLIMIT_RULES_SOURCE_PASSWORD, if set.
-	RulesSourcePasswordFile string
-	Interfaces              []string      // interfaces to protect; empty: the rules file's
-	Mode                    loader.Mode   // XDP attach mode
-	MetricsAddr             string        // Prometheus listen address; "" for none
-	APISocket               string        // local API unix socket; "" for none
-	BPFFS                   string        // bpffs mount point
-	StateDir                string        // the last good rules and the API's rules
-	SourceTableSize         int           // per-source LRU size; 0: the rules file's
-	Period                  time.Duration // control loop period
-	FailStatic              time.Duration // how long a steered rate stays in force without a refresh
-	DetachOnExit            bool          // detach when the daemon stops
-	// ProbeAllow are the prefixes that adaptive rules' probes may reach
-	// besides loopback and the host's own addresses (--probe-allow).
-	ProbeAllow []netip.Prefix
-	Logger     *slog.Logger // nil: discard
-
-	// Dependencies; nil takes the real one.
-	Clock       control.Clock      // the loop's clock
-	Monotonic   func() uint64      // CLOCK_MONOTONIC, the clock of the kernel's deadlines
-	Notify      func(state string) // systemd's notify socket (sd_notify)
-	HostSignals func() (HostSignals, error)
-
-	stallAfter    time.Duration // fault injection (faults.go): the loop hangs after this
-	beforePrepare func()        // tests (export_test.go): runs where a document is prepared
-	revertFault   func() error  // tests (export_test.go): a revert's attempt fails with its error
-}
-
-// HostSignals reads the host's signals for the control loop: per rule, and
-// the host's CPU usage and pressure for system protection.
-type HostSignals interface {
-	xsignal.HostSampler
-	CPU() (usage float64, fresh bool)
-	CPUPressure() (pressure float64, available bool)
-	Close() error
-}
-
-// ErrUsage marks errors in the options (the CLI's exit status 2).
-var ErrUsage = errors.New("usage")
-
-// MaxFailStatic bounds Options.FailStatic: a daemon that hangs leaves its
-// last steered rates (an adaptive rule's may be its minimum) in force
-// this long at most before the static rates take over again.
-const MaxFailStatic = time.Minute
 
 type daemon struct {
 	opts     Options
@@ -160,11 +108,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	d := &daemon{opts: o, log: o.Logger, loop: loop, feedback: xsignal.NewFeedback(),
 		queues: kernelQueues{log: o.Logger, detach: o.DetachOnExit}}
-	d.hostAddrs = hostAddrs{log: o.Logger, attached: func(f func([]*loader.Attachment)) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		f(d.attach)
-	}}
+	d.hostAddrs = hostAddrs{log: o.Logger, attached: d.withAttached}
 	return d.run(ctx)
 }
 
@@ -176,7 +120,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	d.loadGuard()
+	if g := readGuard(d.opts.Config, d.log); g != nil { // guard.go
+		d.guard.Store(g)
+	}
 	// The startup document may be large: SIGTERM must not wait for it.
 	start, err := untilDone(ctx, func() (*prepared, error) { return d.startupRules(ctx) })
 	if err != nil {
@@ -221,7 +167,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		reader.Host = host
 		// The kernel's per-rule handshakes and response times (measures.go).
 		if s, ok := host.(interface{ SetSources(xsignal.KernelSources) }); ok {
-			km := &kernelMeasures{d: d}
+			km := &kernelMeasures{attached: d.withAttached}
 			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km})
 		}
 		d.hostCPU = func() (float64, bool) {
@@ -257,7 +203,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 
 	if d.opts.MetricsAddr != "" {
-		m, err := startMetrics(d.opts.MetricsAddr, d)
+		m, err := startMetrics(d.opts.MetricsAddr, d.metricTargets, d.opts.Monotonic, d.interfacesAttached, d.log) // metrics.go
 		if err != nil {
 			return err
 		}
@@ -460,4 +406,27 @@ func (d *daemon) ifaceNames() []string {
 		names[i] = a.Iface
 	}
 	return names
+}
+
+// withAttached runs f with the attachments and the plans in force, under
+// d.mu: the parts that read the kernel from other goroutines (the
+// measures, the host's addresses) see them whole.
+func (d *daemon) withAttached(f func(attach []*loader.Attachment, plans map[string]*dataplane.Plan)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(d.attach, d.plans)
+}
+
+// metricTargets are the metrics collector's view of the kernel: every
+// attachment with a plan in force, and its host addresses.
+func (d *daemon) metricTargets() []metrics.Target {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ts []metrics.Target
+	for _, a := range d.attach {
+		if p := d.plans[a.Iface]; p != nil {
+			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a)})
+		}
+	}
+	return ts
 }

@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"log/slog"
 	"net/netip"
 	"slices"
 
@@ -41,29 +42,21 @@ func guardSpec(dp *dataplane.Spec, allow []netip.Prefix, m *config.Management) {
 	}
 }
 
-// loadGuard reads the rules file's guard at start. A rules file that does
-// not parse keeps none, said loudly: documents from elsewhere then run as
-// they are.
-func (d *daemon) loadGuard() {
-	if d.opts.Config == "" {
-		return
+// readGuard reads the guard of the rules file at path at start; nil
+// without one. A rules file that does not parse keeps none, said loudly:
+// documents from elsewhere then run as they are.
+func readGuard(path string, log *slog.Logger) *guard {
+	if path == "" {
+		return nil
 	}
-	data, err := config.ReadFile(d.opts.Config)
+	data, err := config.ReadFile(path)
 	var cfg *config.Config
 	if err == nil {
-		cfg, err = config.Parse(d.opts.Config, data)
+		cfg, err = config.Parse(path, data)
 	}
 	if err != nil {
-		d.log.Error("the rules file is unusable: its allow list and management section are NOT kept over other documents", "file", d.opts.Config, "err", err)
-		return
+		log.Error("the rules file is unusable: its allow list and management section are NOT kept over other documents", "file", path, "err", err)
+		return nil
 	}
-	d.guard.Store(guardOf(cfg))
-}
-
-// keepGuard takes the guard of a document of the rules file just applied.
-func (d *daemon) keepGuard(p *prepared) {
-	switch p.doc.origin {
-	case FromFile, FromWatch, FromSIGHUP, FromBootstrap:
-		d.guard.Store(guardOf(p.cfg))
-	}
+	return guardOf(cfg)
 }

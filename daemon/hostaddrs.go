@@ -31,7 +31,7 @@ type hostAddrs struct {
 	log *slog.Logger
 	// attached runs f with the attachments, under the lock that guards
 	// them against re-attaching (the daemon's mu).
-	attached func(f func([]*loader.Attachment))
+	attached func(f func(attach []*loader.Attachment, plans map[string]*dataplane.Plan))
 
 	mu    sync.Mutex // guards state against the metrics collector
 	state map[string]*hostAddrsState
@@ -57,7 +57,7 @@ func (h *hostAddrs) refresh() {
 	h.attached(h.refreshAll)
 }
 
-func (h *hostAddrs) refreshAll(attach []*loader.Attachment) {
+func (h *hostAddrs) refreshAll(attach []*loader.Attachment, _ map[string]*dataplane.Plan) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state == nil {

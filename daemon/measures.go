@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
@@ -15,8 +16,10 @@ import (
 // the response times the XDP and TC egress programs took (bpf/resptime.h).
 // It is used from the loop's goroutine only.
 type kernelMeasures struct {
-	d    *daemon
-	prev map[string]respReading // per rule, the histogram last read
+	// attached runs f with the attachments and the plans in force, under
+	// the lock that guards them (the daemon's mu).
+	attached func(f func(attach []*loader.Attachment, plans map[string]*dataplane.Plan))
+	prev     map[string]respReading // per rule, the histogram last read
 }
 
 type respReading struct {
@@ -101,27 +104,25 @@ func (k *kernelMeasures) each(rule *xsignal.Rule, f func(t measureTables, slot i
 
 // eachRule is each with the epoch of the rule in the slot.
 func (k *kernelMeasures) eachRule(rule *xsignal.Rule, f func(t measureTables, slot int, epoch uint32)) {
-	k.d.mu.Lock()
-	defer k.d.mu.Unlock()
-	for _, a := range k.d.attach {
-		p := k.d.plans[a.Iface]
-		if p == nil {
-			continue
+	k.attached(func(attach []*loader.Attachment, plans map[string]*dataplane.Plan) {
+		for _, a := range attach {
+			p := plans[a.Iface]
+			if p == nil {
+				continue
+			}
+			if slot := p.Slot(rule.Name); slot >= 0 {
+				f(a.Tables(), slot, p.Rules[slot].Epoch)
+			}
 		}
-		if slot := p.Slot(rule.Name); slot >= 0 {
-			f(a.Tables(), slot, p.Rules[slot].Epoch)
-		}
-	}
+	})
 }
 
 // checkKernel refuses plans that ask the kernel for what an interface's
 // attachment cannot do: response_time where the response timer could not
 // be attached (its error names the kernel feature it lacks).
-func (d *daemon) checkKernel(plans map[string]*dataplane.Plan) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func checkKernel(attach []*loader.Attachment, plans map[string]*dataplane.Plan) error {
 	var errs []error
-	for _, a := range d.attach {
+	for _, a := range attach {
 		p := plans[a.Iface]
 		if p == nil || p.Globals.RespTime == 0 || a.RespTimeErr == nil {
 			continue

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -35,10 +36,14 @@ type metricsServer struct {
 	addr      string // where it listens
 }
 
-func startMetrics(addr string, d *daemon) (*metricsServer, error) {
-	c := metrics.NewCollector(d.metricTargets, d.opts.Monotonic)
+// startMetrics serves the metrics on addr: the kernel's of targets (read
+// at each scrape, with monotonic the clock of the kernel's deadlines) and
+// whether each configured interface is protected (attached).
+func startMetrics(addr string, targets func() []metrics.Target, monotonic func() uint64, attached func() map[string]bool,
+	log *slog.Logger) (*metricsServer, error) {
+	c := metrics.NewCollector(targets, monotonic)
 	reg := prometheus.NewRegistry()
-	safety := metrics.NewSafety(d.interfacesAttached)
+	safety := metrics.NewSafety(attached)
 	reg.MustRegister(c, safety, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -52,10 +57,10 @@ func startMetrics(addr string, d *daemon) (*metricsServer, error) {
 	m.addr = ln.Addr().String()
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("metrics server stopped", "err", err)
+			log.Error("metrics server stopped", "err", err)
 		}
 	}()
-	d.log.Info("serving metrics", "addr", ln.Addr().String())
+	log.Info("serving metrics", "addr", ln.Addr().String())
 	return m, nil
 }
 
@@ -98,16 +103,4 @@ func (m *metricsServer) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return m.srv.Shutdown(ctx)
-}
-
-func (d *daemon) metricTargets() []metrics.Target {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var ts []metrics.Target
-	for _, a := range d.attach {
-		if p := d.plans[a.Iface]; p != nil {
-			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a)})
-		}
-	}
-	return ts
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/userspace/metrics"
 )
 
 // TestMetricsTimeouts: the metrics server closes a keep-alive connection
@@ -22,8 +23,8 @@ func TestMetricsTimeouts(t *testing.T) {
 	t.Cleanup(func() { metricsTimeouts = saved })
 	metricsTimeouts.header, metricsTimeouts.read, metricsTimeouts.write, metricsTimeouts.idle =
 		300*time.Millisecond, 300*time.Millisecond, time.Second, 300*time.Millisecond
-	d := &daemon{log: slog.New(slog.DiscardHandler), opts: Options{Monotonic: maps.MonotonicNS}}
-	m, err := startMetrics("127.0.0.1:0", d)
+	m, err := startMetrics("127.0.0.1:0", func() []metrics.Target { return nil }, maps.MonotonicNS,
+		func() map[string]bool { return nil }, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

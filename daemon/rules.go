@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/control"
@@ -143,7 +144,10 @@ func (d *daemon) commit(p *prepared) error {
 	}
 	d.persist(p.doc)
 	d.inForce, d.inForcePrep = p.doc, p
-	d.keepGuard(p)
+	switch p.doc.origin { // the rules file's guard, over the documents from elsewhere (guard.go)
+	case FromFile, FromWatch, FromSIGHUP, FromBootstrap:
+		d.guard.Store(guardOf(p.cfg))
+	}
 	d.setRules(p.doc.text, p.doc.label, p.specs)
 	for _, w := range p.cfg.Warnings {
 		d.log.Warn("rules file", "warning", w.Error())
@@ -189,7 +193,9 @@ func (d *daemon) apply(pd *prepared) error {
 			return fmt.Errorf("apply rules to %s: syn_cookies: %w", a.Iface, a.CookieErr)
 		}
 	}
-	if err := d.checkKernel(plans); err != nil { // measures.go: response_time
+	var kerr error
+	d.withAttached(func(attach []*loader.Attachment, _ map[string]*dataplane.Plan) { kerr = checkKernel(attach, plans) })
+	if err := kerr; err != nil { // measures.go: response_time
 		return err
 	}
 	for _, a := range d.attach {
