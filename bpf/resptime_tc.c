@@ -20,12 +20,10 @@
 #include "maps.h"
 #include "parse.h"
 #include "resptime.h"
+#include "tc.h"
 #include "types.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* TCX_NEXT, and TC_ACT_UNSPEC for a classic cls_bpf filter: carry on. */
-#define XL_TC_NEXT -1
 
 #define XL_RESP_FIN 0x01
 #define XL_RESP_RST 0x04
@@ -33,33 +31,16 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 SEC("tc")
 int xlimit_tc_resptime(struct __sk_buff *skb)
 {
-	__u32 zero = 0;
-	__u64 word = xl_gen_word(&zero);
-	if (word == XL_GEN_NONE)
-		return XL_TC_NEXT;
-	__u32 gen = word & 1;
-	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
+	__u32 zero = 0, gen;
+	struct xl_globals *g = xl_tc_config(&zero, &gen);
 	if (!g || !g->resp_time)
 		return XL_TC_NEXT;
 
-	struct xl_cursor cur = {
-	    .pos = (void *)(long)skb->data,
-	    .end = (void *)(long)skb->data_end,
-	};
+	struct xl_cursor cur;
 	struct xl_pkt pkt = {};
-	int l3 = xl_parse_eth(&cur);
-	void *ip = cur.pos;
-	int l4;
-	if (l3 == ETH_P_IP)
-		l4 = xl_parse_ipv4(&cur, &pkt);
-	else if (l3 == ETH_P_IPV6)
-		l4 = xl_parse_ipv6(&cur, &pkt);
-	else
-		return XL_TC_NEXT;
-	if (l4 != IPPROTO_TCP || pkt.fragment)
-		return XL_TC_NEXT;
-	struct xl_tcphdr *tcp = cur.pos;
-	if ((void *)(tcp + 1) > cur.end)
+	void *ip;
+	struct xl_tcphdr *tcp = xl_tc_tcp(skb, &cur, &pkt, &ip);
+	if (!tcp)
 		return XL_TC_NEXT;
 
 	/* The flow as its client sent it: the reply's destination is the

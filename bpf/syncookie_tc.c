@@ -33,17 +33,10 @@
 #include "source.h"
 #include "stats.h"
 #include "syncookie.h"
+#include "tc.h"
 #include "types.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
-
-/* TCX verdicts: NEXT hands the packet on to the next program and to the
- * classic tc filters behind them (xlimit's kernel queues redirect from
- * there); PASS ends the chain. Only an ACK handed to its listener passes;
- * everything else goes on as if this program were not there. */
-#define XL_TCX_NEXT -1
-#define TC_ACT_OK   0
-#define TC_ACT_SHOT 2
 
 /* The kernel's struct sock, opaque here: a definition (not a forward
  * declaration) so that the kfunc's BTF matches the kernel's kind. */
@@ -162,72 +155,60 @@ __noinline __u64 xl_cookie_open(__u32 gen, __u64 rules, __u64 *now)
 	return open;
 }
 
+/* Only an ACK handed to its listener passes (TC_ACT_OK) and only one its
+ * rules refuse is dropped (TC_ACT_SHOT); everything else goes on as if
+ * this program were not there (XL_TC_NEXT). */
 SEC("tc")
 int xlimit_tc_cookie(struct __sk_buff *skb)
 {
-	__u32 zero = 0;
-	__u64 word = xl_gen_word(&zero);
-	if (word == XL_GEN_NONE)
-		return XL_TCX_NEXT;
-	__u32 gen = word & 1;
+	__u32 zero = 0, gen;
+	struct xl_globals *g = xl_tc_config(&zero, &gen);
+	if (!g)
+		return XL_TC_NEXT;
 	struct xl_cookie_cfg *cfg = bpf_map_lookup_elem(&xl_cookie_cfg, &gen);
-	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &gen);
-	if (!cfg || !g || !cfg->rules)
-		return XL_TCX_NEXT;
+	if (!cfg || !cfg->rules)
+		return XL_TC_NEXT;
 
-	struct xl_cursor cur = {
-	    .pos = (void *)(long)skb->data,
-	    .end = (void *)(long)skb->data_end,
-	};
+	struct xl_cursor cur;
 	struct xl_pkt pkt = {};
-	int l3 = xl_parse_eth(&cur);
-	void *ip = cur.pos;
-	int l4;
-	if (l3 == ETH_P_IP)
-		l4 = xl_parse_ipv4(&cur, &pkt);
-	else if (l3 == ETH_P_IPV6)
-		l4 = xl_parse_ipv6(&cur, &pkt);
-	else
-		return XL_TCX_NEXT;
-	if (l4 != IPPROTO_TCP || pkt.fragment)
-		return XL_TCX_NEXT;
-	struct xl_tcphdr *tcp = cur.pos;
-	if (xl_parse_l4(&cur, &pkt, l4) < 0 || (void *)(tcp + 1) > cur.end)
-		return XL_TCX_NEXT;
+	void *ip;
+	struct xl_tcphdr *tcp = xl_tc_tcp(skb, &cur, &pkt, &ip);
+	if (!tcp || xl_parse_l4(&cur, &pkt, IPPROTO_TCP) < 0)
+		return XL_TC_NEXT;
 	if ((tcp->flags & (XL_TCP_SYN | XL_TCP_ACK | XL_TCP_RST)) != XL_TCP_ACK)
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 	/* Cookies are answered only to plain IP headers (syncookie.h). */
 	if (pkt.family == 4 && (void *)tcp != ip + sizeof(struct xl_iphdr))
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 	if (pkt.family == 6 && (void *)tcp != ip + sizeof(struct xl_ipv6hdr))
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 
 	/* The ACK stands for the SYN it answers: match it as one. */
 	pkt.proto = XL_PROTO_TCP;
 	pkt.syn = 1;
 	struct xl_prefix *src = xl_lookup_source(&pkt, gen, g);
 	if (src && (src->flags & (XL_PREFIX_ALLOW | XL_PREFIX_DENY)))
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 	__u64 mask = xl_match(&pkt, gen, g, src) & g->syn_only;
 	__u64 cookie_rules = mask & cfg->rules;
 	if (!cookie_rules)
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 	/* The cookie rules that may have sent the cookie the ACK returns:
 	 * none, and the ACK is none of xlimit's business (no socket lookup). */
 	__u64 now = 0;
 	__u64 open = xl_cookie_open(gen, cookie_rules, &now);
 	if (!open)
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 	__u32 first = xl_lowest_bit(open);
 	struct xl_cookie_link *lk = bpf_map_lookup_elem(&xl_cookie_link, &zero);
 	if (!lk)
-		return XL_TCX_NEXT;
+		return XL_TC_NEXT;
 	struct xl_cookie_counters *cnt = NULL;
 
 	struct bpf_sock *skc = xl_cookie_socket(skb, ip, tcp, cur.end, pkt.family);
 	if (!skc)
-		return XL_TCX_NEXT;
-	int ret = XL_TCX_NEXT;
+		return XL_TC_NEXT;
+	int ret = XL_TC_NEXT;
 	if (skc->state != XL_TCP_LISTEN)
 		goto release;
 
