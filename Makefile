@@ -79,16 +79,17 @@ lint: ## gofmt, go vet, staticcheck, clang-format.
 	@$(MAKE) --no-print-directory check-imports
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c
 
-# Only the kernel-facing packages (and the bench's traffic generator) may
-# speak to the kernel's BPF objects: everything else depends on small
-# interfaces, so that it is tested without root.
-EBPF_ALLOWED := github.com/xlimit/xlimit/(maps|loader|bench)(/|$$)
+# Only the kernel-facing packages (and the bench's traffic generator and
+# the tests' kit, with its XDP pass program) may speak to the kernel's BPF
+# objects: everything else depends on small interfaces, so that it is
+# tested without root.
+EBPF_ALLOWED := github.com/xlimit/xlimit/(maps|loader|bench|tests/kit)(/|$$)
 
 .PHONY: check-imports
-check-imports: ## Fail when a package other than maps/, loader/ and bench/ imports github.com/cilium/ebpf.
+check-imports: ## Fail when a package other than maps/, loader/, bench/ and tests/kit/ imports github.com/cilium/ebpf.
 	@bad=$$($(GO) list -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}' ./... | \
 		awk '{for (i = 2; i <= NF; i++) if ($$i ~ /^github.com\/cilium\/ebpf/) { print $$1; break }}' | grep -vE '$(EBPF_ALLOWED)'); \
-	test -z "$$bad" || { echo "check-imports: only maps/, loader/ and bench/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
+	test -z "$$bad" || { echo "check-imports: only maps/, loader/, bench/ and tests/kit/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
 
 .PHONY: test-unit
 test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 const demoRules = `# The demo's rules: a UDP service limited to %[1]d packets/s, new TCP
