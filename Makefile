@@ -17,9 +17,14 @@ GO ?= go
 GOFLAGS_TEST ?= -count=1
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# The developers' build: the release binary plus `xlimit demo` (build tag
+# xlimit_demo), which runs on the test kit's lab (tests/kit/lab). What is
+# installed is the release build, without it: make build-release, make deb,
+# make image (cmd/xlimit's TestReleaseDepsNoKit checks its dependencies).
 BIN := bin/xlimit
-# The test build: the release binary plus fault-injection flags (build tag
-# xlimit_faults) that the end-to-end tests use. Never installed.
+RELEASE_BIN := bin/release/xlimit
+# The test build: the developers' build plus fault-injection flags (build
+# tag xlimit_faults) that the end-to-end tests use. Never installed.
 TEST_BIN := bin/xlimit-faults
 
 .PHONY: help
@@ -58,12 +63,16 @@ check-generated: ## Regenerate the BPF objects and fail if they differ from the 
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "$(GENERATED): uncommitted generated files"; exit 1; }
 
 .PHONY: build
-build: ## Build bin/xlimit (no clang needed).
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/xlimit
+build: ## Build bin/xlimit with `xlimit demo` (tag xlimit_demo; no clang needed). Not for installing: see build-release.
+	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_demo -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/xlimit
+
+.PHONY: build-release
+build-release: ## Build bin/release/xlimit, the release binary (no demo, no test kit), as make deb and make image do.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_BIN) ./cmd/xlimit
 
 .PHONY: build-test
-build-test: ## Build bin/xlimit-faults, the test build with fault injection (the e2e tests run it).
-	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_faults -ldflags '$(LDFLAGS)' -o $(TEST_BIN) ./cmd/xlimit
+build-test: ## Build bin/xlimit-faults, the test build with fault injection and the demo (the e2e tests run it).
+	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_faults,xlimit_demo -ldflags '$(LDFLAGS)' -o $(TEST_BIN) ./cmd/xlimit
 
 .PHONY: fmt
 fmt: ## Format Go and C.
@@ -74,8 +83,9 @@ fmt: ## Format Go and C.
 lint: ## gofmt, go vet, staticcheck, clang-format.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
-	$(GO) vet -tags xlimit_faults ./cmd/... ./daemon/...
+	$(GO) vet -tags xlimit_faults,xlimit_demo ./cmd/... ./daemon/...
 	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck -tags xlimit_faults,xlimit_demo ./cmd/...
 	@$(MAKE) --no-print-directory check-imports
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c
 
