@@ -102,8 +102,8 @@ check-imports: ## Fail when a package other than maps/, loader/, bench/ and test
 	test -z "$$bad" || { echo "check-imports: only maps/, loader/, bench/ and tests/kit/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
 
 .PHONY: test-unit
-test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.
-	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/...
+test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files, the test kit.
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/...
 	$(GO) test $(GOFLAGS_TEST) -run '^TestDesign' ./maps/  # docs/design.md §2 against the objects' ELF specs (no root)
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
@@ -113,7 +113,7 @@ test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN wi
 
 .PHONY: e2e
 e2e: build-test ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon (its test build).
-	XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; \
+	XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/ 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; \
 	rc=$${PIPESTATUS[0]}; test $$rc -eq 0 || { echo "== e2e: the whole output of each failed test (all of it in e2e.log):"; \
 	awk '/^=== RUN/ && $$3 !~ /\// { buf = "" } { buf = buf $$0 "\n" } /^--- FAIL/ { printf "%s", buf; buf = "" }' e2e.log; exit $$rc; }
 
@@ -142,7 +142,7 @@ FAST_SKIP := ^(TestMultiCoreBound|TestSourcePrefixAggregation|TestAccuracyHighRa
 .PHONY: test-fast
 test-fast: lint build-test ## Quick check for developers (< 3 min): lint, unit and kernel tiers with -short, e2e smoke tests.
 	@log=$$(mktemp); XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -run '$(SMOKE_TESTS)' ./tests/ > $$log 2>&1 & smoke=$$!; \
-	$(GO) test $(GOFLAGS_TEST) -short -skip '$(FAST_SKIP)' ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./maps/... ./loader/...; unit=$$?; \
+	$(GO) test $(GOFLAGS_TEST) -short -skip '$(FAST_SKIP)' ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/... ./maps/... ./loader/...; unit=$$?; \
 	wait $$smoke; e2e=$$?; cat $$log; rm -f $$log; \
 	test $$unit -eq 0 && test $$e2e -eq 0
 
