@@ -17,9 +17,14 @@ GO ?= go
 GOFLAGS_TEST ?= -count=1
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# The developers' build: the release binary plus `xlimit demo` (build tag
+# xlimit_demo), which runs on the test kit's lab (tests/kit/lab). What is
+# installed is the release build, without it: make build-release, make deb,
+# make image (cmd/xlimit's TestReleaseDepsNoKit checks its dependencies).
 BIN := bin/xlimit
-# The test build: the release binary plus fault-injection flags (build tag
-# xlimit_faults) that the end-to-end tests use. Never installed.
+RELEASE_BIN := bin/release/xlimit
+# The test build: the developers' build plus fault-injection flags (build
+# tag xlimit_faults) that the end-to-end tests use. Never installed.
 TEST_BIN := bin/xlimit-faults
 
 .PHONY: help
@@ -58,12 +63,16 @@ check-generated: ## Regenerate the BPF objects and fail if they differ from the 
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "$(GENERATED): uncommitted generated files"; exit 1; }
 
 .PHONY: build
-build: ## Build bin/xlimit (no clang needed).
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/xlimit
+build: ## Build bin/xlimit with `xlimit demo` (tag xlimit_demo; no clang needed). Not for installing: see build-release.
+	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_demo -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/xlimit
+
+.PHONY: build-release
+build-release: ## Build bin/release/xlimit, the release binary (no demo, no test kit), as make deb and make image do.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(RELEASE_BIN) ./cmd/xlimit
 
 .PHONY: build-test
-build-test: ## Build bin/xlimit-faults, the test build with fault injection (the e2e tests run it).
-	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_faults -ldflags '$(LDFLAGS)' -o $(TEST_BIN) ./cmd/xlimit
+build-test: ## Build bin/xlimit-faults, the test build with fault injection and the demo (the e2e tests run it).
+	CGO_ENABLED=0 $(GO) build -trimpath -tags xlimit_faults,xlimit_demo -ldflags '$(LDFLAGS)' -o $(TEST_BIN) ./cmd/xlimit
 
 .PHONY: fmt
 fmt: ## Format Go and C.
@@ -74,25 +83,27 @@ fmt: ## Format Go and C.
 lint: ## gofmt, go vet, staticcheck, clang-format.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
-	$(GO) vet -tags xlimit_faults ./cmd/... ./daemon/...
+	$(GO) vet -tags xlimit_faults,xlimit_demo ./cmd/... ./daemon/...
 	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck -tags xlimit_faults,xlimit_demo ./cmd/...
 	@$(MAKE) --no-print-directory check-imports
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c
 
-# Only the kernel-facing packages (and the bench's traffic generator) may
-# speak to the kernel's BPF objects: everything else depends on small
-# interfaces, so that it is tested without root.
-EBPF_ALLOWED := github.com/xlimit/xlimit/(maps|loader|bench)(/|$$)
+# Only the kernel-facing packages (and the bench's traffic generator and
+# the tests' kit, with its XDP pass program) may speak to the kernel's BPF
+# objects: everything else depends on small interfaces, so that it is
+# tested without root.
+EBPF_ALLOWED := github.com/xlimit/xlimit/(maps|loader|bench|tests/kit)(/|$$)
 
 .PHONY: check-imports
-check-imports: ## Fail when a package other than maps/, loader/ and bench/ imports github.com/cilium/ebpf.
+check-imports: ## Fail when a package other than maps/, loader/, bench/ and tests/kit/ imports github.com/cilium/ebpf.
 	@bad=$$($(GO) list -f '{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}' ./... | \
 		awk '{for (i = 2; i <= NF; i++) if ($$i ~ /^github.com\/cilium\/ebpf/) { print $$1; break }}' | grep -vE '$(EBPF_ALLOWED)'); \
-	test -z "$$bad" || { echo "check-imports: only maps/, loader/ and bench/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
+	test -z "$$bad" || { echo "check-imports: only maps/, loader/, bench/ and tests/kit/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
 
 .PHONY: test-unit
-test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files.
-	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/...
+test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files, the test kit.
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/...
 	$(GO) test $(GOFLAGS_TEST) -run '^TestDesign' ./maps/  # docs/design.md §2 against the objects' ELF specs (no root)
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
@@ -102,7 +113,7 @@ test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN wi
 
 .PHONY: e2e
 e2e: build-test ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon (its test build).
-	XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/... 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; \
+	XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -timeout 20m -v ./tests/ 2>&1 | tee e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|    .*(e2e|limit|measured))' ; \
 	rc=$${PIPESTATUS[0]}; test $$rc -eq 0 || { echo "== e2e: the whole output of each failed test (all of it in e2e.log):"; \
 	awk '/^=== RUN/ && $$3 !~ /\// { buf = "" } { buf = buf $$0 "\n" } /^--- FAIL/ { printf "%s", buf; buf = "" }' e2e.log; exit $$rc; }
 
@@ -131,7 +142,7 @@ FAST_SKIP := ^(TestMultiCoreBound|TestSourcePrefixAggregation|TestAccuracyHighRa
 .PHONY: test-fast
 test-fast: lint build-test ## Quick check for developers (< 3 min): lint, unit and kernel tiers with -short, e2e smoke tests.
 	@log=$$(mktemp); XLIMIT_BIN=$(CURDIR)/$(TEST_BIN) $(GO) test $(GOFLAGS_TEST) -run '$(SMOKE_TESTS)' ./tests/ > $$log 2>&1 & smoke=$$!; \
-	$(GO) test $(GOFLAGS_TEST) -short -skip '$(FAST_SKIP)' ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./maps/... ./loader/...; unit=$$?; \
+	$(GO) test $(GOFLAGS_TEST) -short -skip '$(FAST_SKIP)' ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/... ./maps/... ./loader/...; unit=$$?; \
 	wait $$smoke; e2e=$$?; cat $$log; rm -f $$log; \
 	test $$unit -eq 0 && test $$e2e -eq 0
 

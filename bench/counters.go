@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux ABI).

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/bench/gen"
-	"github.com/xlimit/xlimit/userspace/frame"
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/frame"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 const (

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/bench/gen"
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // flood is one run of the live-frames generator: one thread per CPU,

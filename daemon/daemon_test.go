@@ -21,9 +21,9 @@ import (
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/lab"
 	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 

@@ -10,8 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // TestHostAddrsFailureKeepsEnforcing: the host's addresses cannot be read

@@ -12,9 +12,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 func setup(t *testing.T) (*lab.Lab, string) {

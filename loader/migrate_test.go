@@ -15,9 +15,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/tests/kit/frame"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 // oldRelease is the XDP object of 2392467, whose xl_config, xl_limits,

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 // slowEcho serves TCP in ns: it answers each read after delay with what

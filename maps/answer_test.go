@@ -8,9 +8,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/corpus"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // answerHarness is a harness for one of corpus.AnswerSpecs, the resets

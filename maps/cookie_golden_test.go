@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // cookieGoldenSYNs is a corpus of SYNs that the cookie path answers, one

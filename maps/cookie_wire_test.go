@@ -15,13 +15,13 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 // tcpInfo is what a test needs of a socket's struct tcp_info.
@@ -49,22 +49,6 @@ func readTCPInfo(fd int) (tcpInfo, error) {
 		sndMSS: binary.NativeEndian.Uint32(b[16:]), maxSeg: uint32(seg)}
 	i.timestamps, i.sack, i.wscale, i.ecn = i.options&1 != 0, i.options&2 != 0, i.options&4 != 0, i.options&8 != 0
 	return i, nil
-}
-
-// attachXDPPass attaches an XDP program that passes everything to ifindex (of
-// the calling thread's namespace): a veth delivers its peer's XDP_TX
-// frames only when it runs one (loader.AttachXDPPass, which this package
-// cannot import).
-func attachXDPPass(ifindex int) (link.Link, error) {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "xlimit_pass", Type: ebpf.XDP, License: "Dual BSD/GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer prog.Close()
-	return link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
 }
 
 // TestCookieAttributesOnTheWire: connections opened through xlimit's SYN
@@ -155,7 +139,9 @@ func TestCookieAttributesOnTheWire(t *testing.T) {
 	}
 	t.Cleanup(func() { unix.Close(listen4); unix.Close(listen6) })
 	if err := l.Client.Do(func() error {
-		x, err := attachXDPPass(l.ClientIndex)
+		// A veth delivers its peer's XDP_TX frames only when it runs an
+		// XDP program (xdppass.Attach).
+		x, err := xdppass.Attach(l.ClientIf)
 		if err == nil {
 			t.Cleanup(func() { x.Close() })
 		}

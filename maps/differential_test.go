@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // seedEnv overrides the seed of the randomised tests.

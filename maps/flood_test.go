@@ -5,9 +5,9 @@ package maps
 import (
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/corpus"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 const tcpSyn = frame.TCPSyn

@@ -5,13 +5,13 @@ package maps
 import (
 	"net/netip"
 
+	"github.com/xlimit/xlimit/tests/kit/corpus"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The crafted frames of TestFrames (and the seed corpus of FuzzXDP) are
-// userspace/dataplane/corpus, shared with the live end-to-end test
+// tests/kit/corpus, shared with the live end-to-end test
 // (tests/malformed_test.go). These are the names the kernel tests use.
 
 var srcA4, srcA6 = corpus.SrcA4, corpus.SrcA6

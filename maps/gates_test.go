@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The gates on new connections (conns.h), in the kernel with the fake

@@ -14,8 +14,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/tests/kit/corpus"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
 )
 
 // XDP return codes of BPF_PROG_TEST_RUN.

@@ -9,8 +9,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // Hostile frames in the kernel with the fake clock and the Go model side

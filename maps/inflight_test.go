@@ -5,8 +5,8 @@ package maps
 import (
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // TestInFlightCap: the control loop's cap on an adaptive rule's

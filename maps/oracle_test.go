@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The oracle: the rules file's semantics evaluated directly from the

@@ -11,8 +11,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The response time (resptime.h) on crafted frames with the fake clock:

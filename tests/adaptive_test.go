@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/signal"
 )
 

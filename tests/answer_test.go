@@ -17,9 +17,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/loader"
-	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/corpus"
+	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 )
 
 // What the host answers, end to end (issue 26; docs/robustness.md "What
@@ -27,13 +27,13 @@ import (
 
 // clientXDPPass attaches an XDP pass program to the client's veth: a veth
 // delivers the server's XDP_TX frames (SYN cookies, resets) only then
-// (loader.AttachXDPPass).
+// (xdppass.Attach).
 func (e *env) clientXDPPass(t testing.TB) io.Closer {
 	t.Helper()
 	var c io.Closer
 	if err := e.lab.Client.Do(func() error {
 		var err error
-		c, err = loader.AttachXDPPass(e.lab.ClientIf)
+		c, err = xdppass.Attach(e.lab.ClientIf)
 		return err
 	}); err != nil {
 		t.Fatal(err)

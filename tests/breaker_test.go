@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // flakyService is a line-echo TCP service in a namespace that can be

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // The benchmarks of issue 14: the adaptive law against the unprotected

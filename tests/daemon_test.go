@@ -1,7 +1,7 @@
 //go:build linux
 
 // Package tests holds xlimit's end-to-end tests: two network namespaces
-// joined by a veth pair (userspace/lab), the real xlimit binary attached to
+// joined by a veth pair (tests/kit/lab), the real xlimit binary attached to
 // the server's end, real floods and real services.
 package tests
 
@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // xlimitBin is the binary under test: $XLIMIT_BIN (make e2e builds it), or

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/api"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 // fleetBudget is the e2e fleet's budget; each host's ceiling is above it.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/tests/kit/corpus"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/dataplane/corpus"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 type slotCounters = [dataplane.CounterSlots]dataplane.Counters
@@ -25,7 +25,7 @@ type slotCounters = [dataplane.CounterSlots]dataplane.Counters
 const validPort = 5353
 
 // TestMalformedLive sends every frame of the crafted corpus
-// (userspace/dataplane/corpus: bad IHL, lengths that lie, truncated L3 and
+// (tests/kit/corpus: bad IHL, lengths that lie, truncated L3 and
 // L4 headers, IPv6 extension chains past the bound, VLAN and QinQ stacks,
 // fragments, runts, and the ordinary cases around them) on the client's
 // veth through a packet socket, into the server's veth where the real

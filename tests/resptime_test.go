@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/loader"
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 )
 
 // pooledService is a TCP service that queues inside itself, as Go's
@@ -256,11 +256,11 @@ func TestRefuseReset(t *testing.T) {
 `, tcpPort, refuse)))
 		// The client's veth runs an XDP pass program: a veth delivers its
 		// peer's XDP_TX frames (the resets) at once only then
-		// (loader.AttachXDPPass); otherwise they wait in its ring for the
+		// (xdppass.Attach); otherwise they wait in its ring for the
 		// next frame of the server's stack, which a refused client never
 		// gets (seen on a quiet machine: 0 of 4 resets arrived).
 		if err := e.lab.Client.Do(func() error {
-			c, err := loader.AttachXDPPass(e.lab.ClientIf)
+			c, err := xdppass.Attach(e.lab.ClientIf)
 			if err == nil {
 				t.Cleanup(func() { c.Close() })
 			}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // The soak's limited rule: 1000 packets/s with a burst of 100, so that a

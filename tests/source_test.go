@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // Per-source limits end to end: the daemon, a rule with per_source on a UDP

@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/loader"
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 )
 
 // The SYN cookie scenario (issue 15; docs/dataplane.md "SYN cookies"): a
@@ -528,11 +528,11 @@ func runCookieScenario(tb testing.TB, dur time.Duration) []cookieRun {
 	}
 	// The client's veth runs an XDP pass program: a veth delivers its
 	// peer's XDP_TX frames (the cookies' SYN-ACKs) only when it does
-	// (loader.AttachXDPPass); with GRO alone they wait in its ring for the
+	// (xdppass.Attach); with GRO alone they wait in its ring for the
 	// next frame the server's stack sends, which under cookies never
 	// comes. Attached for every variant, so that all pay it.
 	if err := e.lab.Client.Do(func() error {
-		c, err := loader.AttachXDPPass(e.lab.ClientIf)
+		c, err := xdppass.Attach(e.lab.ClientIf)
 		if err == nil {
 			tb.Cleanup(func() { c.Close() })
 		}

@@ -45,7 +45,7 @@ func commands() []command {
 		{"status", "show rules, rates in force and counters from the pins", cmdStatus},
 		{"top", "live per-rule pass, drop and would-drop rates from the pins", cmdTop},
 		{"detach", "remove xlimit from an interface (the only way protection goes away)", cmdDetach},
-		{"demo", "self-contained demo: namespaces, a service, a flood, live figures", cmdDemo},
+		{"demo", "self-contained demo: namespaces, a service, a flood, live figures (not in release builds)", cmdDemo},
 		{"version", "print the version", cmdVersion},
 	}
 }

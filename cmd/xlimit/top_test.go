@@ -21,10 +21,10 @@ import (
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 func TestFormatNumbers(t *testing.T) {

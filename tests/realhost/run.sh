@@ -59,8 +59,8 @@ trap 'exit 130' INT TERM
 rh_log "building xlimit (commit $commit$dirty), the app, the sampler, the load client, two .debs"
 (
 	cd "$rh_repo"
-	make -s build >/dev/null
-	cp bin/xlimit "$payload/xlimit"
+	make -s build-release >/dev/null
+	cp bin/release/xlimit "$payload/xlimit"
 	cd "$here"
 	CGO_ENABLED=0 "$GO" build -trimpath -o "$payload/" ./cmd/app ./cmd/sampler
 	CGO_ENABLED=0 "$GO" build -trimpath -o "$RH_WORK/load" ./cmd/load

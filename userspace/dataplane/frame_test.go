@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/xlimit/xlimit/userspace/frame"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 )
 
 var (

@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // The guest's lab: xlg0 in the guest's own network namespace (where

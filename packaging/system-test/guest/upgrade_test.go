@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/lab"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // upgradeRules is the rules file of the upgrade steps: one rule that every

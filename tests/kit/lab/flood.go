@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/userspace/frame"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 )
 
 // FloodSpec describes a stream of identical raw frames (except for the source

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/xlimit/xlimit/userspace/frame"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 )
 
 // verifyFrame checks the IPv4 header checksum and the L4 checksum of b by

@@ -3,15 +3,17 @@
 // (verdict, reason, the counters of each rule it touches). The kernel tests
 // run it through BPF_PROG_TEST_RUN with a fake clock (maps.TestFrames), seed
 // the fuzzer with it (maps.FuzzXDP), and the end-to-end tests send it on a
-// live veth to the real daemon (tests.TestMalformedLive).
+// live veth to the real daemon (tests.TestMalformedLive). It serves tests:
+// it is part of the test kit (tests/kit), which the release binary does not
+// import.
 package corpus
 
 import (
 	"net/netip"
 	"strconv"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // Sources of the corpus frames, by the lists of BaseSpec they are in.

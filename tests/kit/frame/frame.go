@@ -6,7 +6,9 @@
 // without building it again.
 //
 // It depends on the standard library alone, so the model's tests, the lab
-// and the benchmarks can all use it without importing each other.
+// and the benchmarks can all use it without importing each other. It serves
+// tests: it is part of the test kit (tests/kit), which the release binary
+// does not import.
 package frame
 
 import (

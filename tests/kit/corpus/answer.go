@@ -5,8 +5,8 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/frame"
 )
 
 // The answering corpus (bpf/answer.h, docs/robustness.md "What the host

@@ -1,8 +1,12 @@
-//go:build linux
+//go:build linux && xlimit_demo
 
-// Package demo is `xlimit demo`: xlimit's main job on a built-in default,
-// in namespaces of its own.
-package demo
+package main
+
+// `xlimit demo`: xlimit's main job on a built-in default, in namespaces of
+// its own. It runs on the test kit's lab (tests/kit/lab), so only builds
+// with the tag xlimit_demo (make build, make build-test) carry it; the
+// release builds (make build-release, make deb, make image) run
+// demo_release.go's runDemo instead.
 
 import (
 	"context"
@@ -18,9 +22,9 @@ import (
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/lab"
 )
 
 const demoRules = `# The demo's rules: a UDP service limited to %[1]d packets/s, new TCP
@@ -38,20 +42,15 @@ rules:
     rate: 200
 `
 
-// Options configure Run.
-type Options struct {
-	Duration time.Duration // how long to flood
-	Rate     int           // the UDP service's limit, packets/s
-	Offered  float64       // packets/s the flood offers; 0: as fast as the generator goes
-	IPv6     bool          // flood over IPv6
-}
-
-// Run builds two network namespaces joined by a veth pair, starts a UDP
+// runDemo builds two network namespaces joined by a veth pair, starts a UDP
 // and a TCP service in one, attaches xlimit to its veth, floods the UDP
 // service from the other while a client keeps using the TCP service,
 // prints live figures to w, then removes everything it created. It needs
 // root and touches nothing it did not create.
-func Run(ctx context.Context, w io.Writer, o Options) (err error) {
+func runDemo(ctx context.Context, w io.Writer, o demoOptions) (err error) {
+	if os.Geteuid() != 0 {
+		return errors.New("demo needs root: it creates network namespaces and attaches XDP")
+	}
 	dur, rate, offered, ipv6 := o.Duration, o.Rate, o.Offered, o.IPv6
 	const udpPort, tcpPort = 9000, 8080
 	fmt.Fprintln(w, "xlimit demo: creating two network namespaces joined by a veth pair ...")

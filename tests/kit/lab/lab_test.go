@@ -20,7 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/xlimit/xlimit/userspace/frame"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 )
 
 func needRoot(t *testing.T) {

@@ -3,7 +3,9 @@
 // Package lab builds a small, disposable network lab for end-to-end tests of
 // the XDP rate limiter and for `xlimit demo`: two network namespaces joined
 // by a veth pair, raw-frame floods, and simple UDP/TCP services. It needs
-// root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and Linux.
+// root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and Linux. It serves tests: it is part
+// of the test kit (tests/kit), which the release binary does not import
+// (only the demo's build, tag xlimit_demo, does).
 //
 // # Topology
 //
@@ -50,7 +52,7 @@
 //     either way on current kernels (veth kernels from before 2016 promoted
 //     them to CHECKSUM_UNNECESSARY when the peer had rx-checksumming on, so
 //     bad checksums passed); switching it off keeps verification on there
-//     too. So frames with correct checksums (userspace/frame)
+//     too. So frames with correct checksums (tests/kit/frame)
 //     are accepted and frames with wrong ones are dropped
 //     (TestChecksumsVerified).
 //

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/xlimit/xlimit/userspace/frame"
+	"github.com/xlimit/xlimit/tests/kit/frame"
 )
 
 // Protocols of FloodSpec.Proto.
