@@ -162,10 +162,8 @@ func controlRule(r *config.Rule) control.RuleSpec {
 		}
 	}
 	if cb := r.CircuitBreaker; cb != nil {
-		cr.CircuitBreaker = &control.BreakerParams{
-			SlowLatency: cb.SlowLatency, SlowRatio: cb.SlowRatio, ErrorRatio: cb.ErrorRatio, MinRequests: cb.MinRequests,
-			Window: cb.Window, RetryTimeout: cb.RetryTimeout, HalfOpenProbes: cb.HalfOpenProbes,
-		}
+		p := *cb
+		cr.CircuitBreaker = &p
 	}
 	return cr
 }

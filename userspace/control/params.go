@@ -40,16 +40,9 @@ type WarmUpParams struct {
 // ErrorThreshold of them; the gains are AIMD's.
 type AIMDParams = config.AdaptiveParams
 
-// BreakerParams configure a circuit breaker (docs/design.md §5.8).
-type BreakerParams struct {
-	SlowLatency    time.Duration
-	SlowRatio      float64
-	ErrorRatio     float64
-	MinRequests    int
-	Window         time.Duration
-	RetryTimeout   time.Duration
-	HalfOpenProbes int
-}
+// BreakerParams configure a circuit breaker (docs/design.md §5.8): the
+// rules file's circuit_breaker section, one definition (config.CircuitBreaker).
+type BreakerParams = config.CircuitBreaker
 
 // SystemParams configure host-wide protection (docs/design.md §5.6).
 type SystemParams struct {
