@@ -33,7 +33,7 @@ help: ## Show this help.
 
 # Debian 12 packages the build and the tests need (what .ci/run installs).
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
-	netsniff-ng nftables iptables bpftool make git ca-certificates systemd vagrant \
+	netsniff-ng nftables iptables ethtool bpftool make git ca-certificates systemd vagrant \
 	qemu-system-x86 busybox-static redis-server \
 	prometheus mmdebstrap systemd-container lintian
 
@@ -43,7 +43,7 @@ deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
 
 # What make box, vm-test and real-host need on top (not in CI: they do not run there).
-DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system wrk curl ethtool
+DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system wrk curl
 
 .PHONY: deps-vm
 deps-vm: deps ## Install what make box, vm-test and real-host need as well (root).
