@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"time"
 
@@ -218,9 +217,9 @@ func (d *daemon) fill(iface string, s *Specs) func(t *maps.Tables) error {
 		if p, err := t.ReadPlan(); err == nil && len(p.ActiveSlots()) > 0 {
 			prev = p
 		}
-		plan, err := dataplane.Compile(s.Dataplane, prev)
+		plan, err := compileAgainst(iface, s.Dataplane, prev) // prepare.go
 		if err != nil {
-			return fmt.Errorf("compile for %s: %w", iface, err)
+			return err
 		}
 		if err := t.Apply(plan); err != nil {
 			return err

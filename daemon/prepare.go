@@ -113,9 +113,9 @@ func (d *daemon) prepareDoc(doc document) (*prepared, error) {
 	d.mu.Unlock()
 	p.plans = make(map[string]*dataplane.Plan, len(against))
 	for iface, prev := range against {
-		plan, err := dataplane.Compile(p.specs.Dataplane, prev)
+		plan, err := compileAgainst(iface, p.specs.Dataplane, prev)
 		if err != nil {
-			return nil, fmt.Errorf("compile for %s: %w", iface, err)
+			return nil, err
 		}
 		p.plans[iface] = plan
 	}
@@ -185,4 +185,18 @@ func untilDone[T any](ctx context.Context, f func() (T, error)) (T, error) {
 		var zero T
 		return zero, fmt.Errorf("stopped: %w", context.Cause(ctx))
 	}
+}
+
+// compileAgainst compiles spec for iface against prev, the plan in force
+// there whose slots, buckets and counters the new one carries over (nil:
+// none): the one place a plan is made, whether for a document being
+// prepared (prepare), committed (rules.go: when the base moved since it
+// was prepared) or written into an interface's maps at (re-)attach
+// (links.go: against what its pins hold).
+func compileAgainst(iface string, spec *dataplane.Spec, prev *dataplane.Plan) (*dataplane.Plan, error) {
+	plan, err := dataplane.Compile(spec, prev)
+	if err != nil {
+		return nil, fmt.Errorf("compile for %s: %w", iface, err)
+	}
+	return plan, nil
 }

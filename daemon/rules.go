@@ -180,7 +180,7 @@ func (d *daemon) apply(pd *prepared) error {
 			plans[a.Iface] = p
 			continue
 		}
-		p, err := dataplane.Compile(s.Dataplane, prev)
+		p, err := compileAgainst(a.Iface, s.Dataplane, prev) // prepare.go
 		if err != nil {
 			return err
 		}
