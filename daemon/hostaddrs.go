@@ -45,6 +45,10 @@ type hostAddrsState struct {
 	last     loader.HostAddrsState
 	failures uint64
 	warned   bool
+	// lastErr and mssErr are the last refresh's errors, logged when they
+	// change: an interface being deleted sends a burst of events, each
+	// refresh failing the same way until it is back.
+	lastErr, mssErr string
 }
 
 // refreshHostAddrs writes the host's addresses into the maps of every
@@ -79,7 +83,13 @@ func (h *hostAddrs) refreshAll(attach []*loader.Attachment, _ map[string]*datapl
 		hs.last = st
 		if err != nil {
 			hs.failures++
-			h.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written", "iface", a.Iface, "err", err)
+		}
+		if logChange(&hs.lastErr, err) {
+			if err != nil {
+				h.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written", "iface", a.Iface, "err", err)
+			} else {
+				h.log.Info("host addresses written again", "iface", a.Iface, "listed", st.Listed)
+			}
 		}
 		switch {
 		case st.Unlisted > 0 && !hs.warned:
@@ -91,10 +101,28 @@ func (h *hostAddrs) refreshAll(attach []*loader.Attachment, _ map[string]*datapl
 			h.log.Info("host addresses: all listed again", "iface", a.Iface, "listed", st.Listed)
 		}
 		// The MTU, whose MSS SYN cookies announce, changes with the link.
-		if err := a.RefreshCookieLink(); err != nil {
-			h.log.Warn("cannot write the SYN cookies' MSS", "iface", a.Iface, "err", err)
+		if err := a.RefreshCookieLink(); logChange(&hs.mssErr, err) {
+			if err != nil {
+				h.log.Warn("cannot write the SYN cookies' MSS", "iface", a.Iface, "err", err)
+			} else {
+				h.log.Info("SYN cookies' MSS written again", "iface", a.Iface)
+			}
 		}
 	}
+}
+
+// logChange records err's text in last and reports whether it changed
+// (a new error, another one, or none after one).
+func logChange(last *string, err error) bool {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == *last {
+		return false
+	}
+	*last = msg
+	return true
 }
 
 // metrics is the host-address state of an interface for the metrics (the

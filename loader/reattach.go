@@ -56,7 +56,7 @@ func (a *Attachment) Reattach(mode Mode) error {
 	a.Mode = currentMode(index)
 	var errs []error
 	if a.cookieLink != nil {
-		errs = append(errs, a.closeCookies(), a.attachCookies())
+		errs = append(errs, a.relinkCookies())
 	}
 	if a.respTime != nil {
 		errs = append(errs, a.respTime.Close())

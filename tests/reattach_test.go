@@ -128,6 +128,9 @@ func TestInterfaceComesBackUnderFlood(t *testing.T) {
 		if back < 0 {
 			t.Fatalf("round %d: not attached again within 5 s", round)
 		}
+		if back > time.Second {
+			t.Errorf("round %d: attached again %v after the re-creation, want within a second", round, back.Round(time.Millisecond))
+		}
 		from := time.Now().Add(time.Second)
 		s0 := sent.Load()
 		time.Sleep(time.Second)
