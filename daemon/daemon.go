@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,15 +46,13 @@ type daemon struct {
 	fleet    *fleetShare            // nil without --fleet (fleet.go)
 	queues   kernelQueues           // paced rules with queue: kernel (queue.go)
 
-	mu       sync.Mutex // guards plans, attach and attached against the metrics collector and the API
-	plans    map[string]*dataplane.Plan
-	attached map[string]bool // configured interface → the program is attached (links.go)
+	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
+	plans map[string]*dataplane.Plan
 
-	ifaces          []string              // the configured interfaces
-	guard           atomic.Pointer[guard] // the rules file's allow and management (guard.go)
-	sourceTableSize int                   // of the attachments
-	reattachErr     map[string]string     // the last error of attaching again, logged once
-	hostAddrs       hostAddrs             // the host's addresses in the kernel (hostaddrs.go)
+	ifaces    []string              // the configured interfaces
+	links     *links                // attaching and re-attaching to them (links.go)
+	guard     atomic.Pointer[guard] // the rules file's allow and management (guard.go)
+	hostAddrs hostAddrs             // the host's addresses in the kernel (hostaddrs.go)
 
 	api     *api.Server
 	prep    *preparer       // documents that arrive while running (prepare.go)
@@ -194,7 +191,8 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		d.fleet = f
 		d.loop.SetCap(f.host)
 	}
-	if err := d.attachAll(ifaces, start); err != nil {
+	d.links = d.newLinks(ifaces, start)
+	if err := d.links.attachAll(func(iface string) func(*maps.Tables) error { return d.fill(iface, start.specs) }); err != nil {
 		return err
 	}
 	defer d.hostAddrs.watch(ctx)() // hostaddrs.go: what the program may answer
@@ -203,7 +201,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 
 	if d.opts.MetricsAddr != "" {
-		m, err := startMetrics(d.opts.MetricsAddr, d.metricTargets, d.opts.Monotonic, d.interfacesAttached, d.log) // metrics.go
+		m, err := startMetrics(d.opts.MetricsAddr, d.metricTargets, d.opts.Monotonic, d.links.status, d.log) // metrics.go
 		if err != nil {
 			return err
 		}
@@ -227,7 +225,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	d.dog = newWatchdog(d.opts.Notify)
 	d.log.Info("enforcing", "rules", len(start.cfg.Rules), "interfaces", ifaces, "control_period", d.loop.Period())
 
-	links, stopLinks := d.watchLinks(ifaces)
+	links, stopLinks := d.links.watch()
 	defer stopLinks()
 	recheck := time.NewTicker(linkRecheck)
 	defer recheck.Stop()
@@ -271,9 +269,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		case <-d.confirmC():
 			d.revert()
 		case ev := <-links:
-			d.onLink(ev)
+			d.links.onEvent(ev)
 		case <-recheck.C:
-			d.checkLinks(ifaces)
+			d.links.check()
 		case <-stall:
 			d.log.Warn("test fault injection: the control loop hangs now")
 			<-ctx.Done()
@@ -281,47 +279,28 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 }
 
-// attachAll attaches to every interface, adopting what an earlier daemon
-// left pinned, with the startup rules written before the program is
-// attached (no window with an empty program).
-func (d *daemon) attachAll(ifaces []string, start *prepared) error {
+// newLinks is the part that attaches to ifaces and keeps them attached
+// (links.go), over the daemon's attachments, writing the rules in force.
+func (d *daemon) newLinks(ifaces []string, start *prepared) *links {
 	sources := start.cfg.SourceTableSize
 	if d.opts.SourceTableSize > 0 {
 		sources = d.opts.SourceTableSize
 	}
-	d.sourceTableSize, d.reattachErr = sources, map[string]string{}
-	for _, iface := range ifaces {
-		a, err := loader.Attach(iface, loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources, Fill: d.fill(iface, start.specs)})
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		d.attach = append(d.attach, a)
-		d.mu.Unlock()
-		d.setAttached(iface, true)
-		id, _ := a.ProgramID()
-		d.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
-		if a.Resumed {
-			d.log.Warn("completed the migration of the pins that a daemon stopped in the middle of", "iface", iface)
-		}
-		if len(a.Migrated) > 0 {
-			reports := make([]string, len(a.Migrated))
-			for i, r := range a.Migrated {
-				reports[i] = r.String()
+	return &links{
+		log: d.log, ifaces: ifaces,
+		opts: loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources},
+		attachments: func(f func(list *[]*loader.Attachment)) {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			f(&d.attach)
+		},
+		fill: func(iface string) func(*maps.Tables) error { return d.fill(iface, d.specs) },
+		back: func(iface string) {
+			if err := d.apply(&prepared{specs: d.specs}); err != nil {
+				d.log.Error("after attaching again: the rules in force could not be committed again (the kernel has them; queues and steering may lag)", "iface", iface, "err", err)
 			}
-			d.log.Warn("pins of an xlimit with other map layouts migrated to this version's: same link, program swapped, state converted", "iface", iface, "maps", strings.Join(reports, "; "))
-		}
-		if a.SourcesReset {
-			d.log.Warn("the per-source table changed size: per-source buckets start afresh", "iface", iface, "size", sources)
-		}
-		if a.ConnCountErr != nil {
-			d.log.Warn("connections in flight are not counted: concurrency limits refuse nothing", "iface", iface, "err", a.ConnCountErr)
-		}
-		if err := a.HostAddrs.Err; err != nil {
-			d.log.Warn("cannot write the host's addresses: rules are enforced, answers (resets, SYN cookies) go by the addresses last written; retried on the next address event", "iface", iface, "err", err)
-		}
+		},
 	}
-	return nil
 }
 
 // afterTick exports a tick's outcome, logs what went wrong, and tells

@@ -4,10 +4,12 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/xlimit/xlimit/maps"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -199,4 +201,32 @@ func compileAgainst(iface string, spec *dataplane.Spec, prev *dataplane.Plan) (*
 		return nil, fmt.Errorf("compile for %s: %w", iface, err)
 	}
 	return plan, nil
+}
+
+// fill writes s's rules into an interface's maps before the program is
+// attached (loader.Options.Fill, at start and on a re-attach: links.go),
+// compiled against what the maps already hold so that every rule keeps its
+// slot, bucket and counters.
+func (d *daemon) fill(iface string, s *Specs) func(t *maps.Tables) error {
+	return func(t *maps.Tables) error {
+		if s == nil {
+			return errors.New("no rules to write")
+		}
+		d.settlePending(iface, t) // confirm.go
+		var prev *dataplane.Plan
+		if p, err := t.ReadPlan(); err == nil && len(p.ActiveSlots()) > 0 {
+			prev = p
+		}
+		plan, err := compileAgainst(iface, s.Dataplane, prev)
+		if err != nil {
+			return err
+		}
+		if err := t.Apply(plan); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.plans[iface] = plan
+		d.mu.Unlock()
+		return nil
+	}
 }

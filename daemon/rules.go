@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/api"
@@ -19,70 +18,6 @@ import (
 	"github.com/xlimit/xlimit/userspace/rulesource"
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
-
-// Origin is where a rules document came from. Every document, whatever its
-// origin, takes the same path, applyDocument: parse and validate,
-// translate (prepare), compile for every interface and write the maps, the
-// queues and the loop, persist, record (commit), then count and log. The
-// origin decides only what is persisted and what the logs say. At start,
-// the daemon prepares its candidates in order of preference (startupRules)
-// and hands the first valid one to the same path.
-type Origin int
-
-const (
-	FromFile       Origin = iota // the rules file, at start
-	FromLastGood                 // the state directory's last good rules, at start
-	FromAPIState                 // the rules put through the API before a restart
-	FromWatch                    // the rules file, changed
-	FromSIGHUP                   // the rules file, on SIGHUP
-	FromAPI                      // PUT /v1/rules
-	FromSource                   // the rules source (Redis)
-	FromSnapshot                 // the local snapshot of the rules source, at start
-	FromBootstrap                // the --config file while the rules source has not answered
-	FromAPIPending               // PUT /v1/rules?confirm=: waits for its confirmation (confirm.go)
-	FromRevert                   // the rules in force before one that was not confirmed
-)
-
-var origins = [...]struct{ name, applied, rejected string }{
-	FromFile:       {"file", "rules from the rules file", "the rules file is rejected"},
-	FromLastGood:   {"last_good", "rules from the last good rules", "the last good rules are rejected"},
-	FromAPIState:   {"api_state", "rules put through the API", "the rules put through the API are rejected"},
-	FromWatch:      {"watch", "reloaded", "reload failed; the running rules stay in force"},
-	FromSIGHUP:     {"sighup", "reloaded", "reload failed; the running rules stay in force"},
-	FromAPI:        {"api", "reloaded from the API", "rules from the API rejected; the running rules stay in force"},
-	FromSource:     {"source", "reloaded from the rules source", "rules from the rules source rejected; the running rules stay in force"},
-	FromSnapshot:   {"snapshot", "rules from the local snapshot of the rules source", "the local snapshot is rejected"},
-	FromBootstrap:  {"bootstrap", "rules from the bootstrap rules file", "the bootstrap rules file is rejected"},
-	FromAPIPending: {"api_unconfirmed", "reloaded from the API, waiting for its confirmation", "rules from the API rejected; the running rules stay in force"},
-	FromRevert:     {"revert", "reverted to the previous rules", "REVERT FAILED; the kernel keeps the previous rules (its deadline), the daemon tries again"},
-}
-
-func (o Origin) String() string { return origins[o].name }
-
-// document is a rules document on its way to the kernel.
-type document struct {
-	origin Origin
-	name   string // names it in errors: FILE:LINE: ...
-	label  string // the rules' source in GET /v1/rules
-	text   []byte
-	src    rulesource.Document // FromSource: the store's document
-}
-
-// prepared is a document parsed, validated and translated, not yet
-// applied.
-type prepared struct {
-	doc   document
-	cfg   *config.Config
-	specs *Specs
-	// plans, compiled off the loop (prepareDoc), are valid while the
-	// plans in force are still against's.
-	plans, against map[string]*dataplane.Plan
-	// confirmNS, when not 0, is the kernel's deadline of a change that
-	// waits for its confirmation (CLOCK_MONOTONIC), and confirmAt the
-	// same instant on the wall clock (confirm.go).
-	confirmNS uint64
-	confirmAt time.Time
-}
 
 // prepare parses, validates and translates a document, and adds the
 // local rules file's guard (guard.go); it touches nothing and runs on any

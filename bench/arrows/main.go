@@ -3,7 +3,8 @@
 // field declared there (non-test files, resolved by go/types). It says how
 // many arrows sit on a cycle (files that call each other, found as
 // strongly connected components) and the largest cycle: issue 29's measure
-// of the daemon's parts. Usage: go run ./bench/arrows DIR [-v]
+// of the daemon's parts. Usage: go run ./bench/arrows DIR [-v|-s]: -v lists
+// the arrows, -s also the names each arrow on a cycle is made of.
 package main
 
 import (
@@ -42,6 +43,7 @@ func main() {
 	pkg, _ := conf.Check("p", fset, files, info)
 	name := func(p token.Pos) string { return filepath.Base(fset.Position(p).Filename) }
 	edges := map[[2]string]bool{}
+	uses := map[[2]string]map[string]bool{} // the names each arrow is made of
 	nodes := map[string]bool{}
 	for _, f := range files {
 		nodes[name(f.Pos())] = true
@@ -63,7 +65,12 @@ func main() {
 		}
 		a, b := name(id.Pos()), name(obj.Pos())
 		if a != b && nodes[b] {
-			edges[[2]string{a, b}] = true
+			e := [2]string{a, b}
+			edges[e] = true
+			if uses[e] == nil {
+				uses[e] = map[string]bool{}
+			}
+			uses[e][obj.Name()] = true
 		}
 	}
 	// Tarjan SCC
@@ -123,10 +130,19 @@ func main() {
 		if in {
 			cyc++
 		}
-		lines = append(lines, fmt.Sprintf("%s -> %s%s", e[0], e[1], map[bool]string{true: "  (cycle)"}[in]))
+		line := fmt.Sprintf("%s -> %s%s", e[0], e[1], map[bool]string{true: "  (cycle)"}[in])
+		if in && len(os.Args) > 2 && os.Args[2] == "-s" {
+			var names []string
+			for n := range uses[e] {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			line += ": " + strings.Join(names, " ")
+		}
+		lines = append(lines, line)
 	}
 	sort.Strings(lines)
-	if len(os.Args) > 2 && os.Args[2] == "-v" {
+	if len(os.Args) > 2 && (os.Args[2] == "-v" || os.Args[2] == "-s") {
 		fmt.Println(strings.Join(lines, "\n"))
 	}
 	big := 0
