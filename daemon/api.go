@@ -76,8 +76,8 @@ func (d *daemon) Feedback(f api.Feedback) error {
 // rules come from a rules source (which would overwrite them at its next
 // change anyway), else prepared off the loop and committed by it.
 func (d *daemon) ApplyRules(text []byte) error {
-	if d.src != nil {
-		return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
+	if err := d.src.refuseLocal(); err != nil {
+		return err
 	}
 	j := job{doc: document{origin: FromAPI, name: "api", label: "api", text: text}, done: make(chan error, 1)}
 	d.prep.submit(j)

@@ -62,8 +62,8 @@ type pendingConfirm struct {
 
 // ApplyRulesConfirm implements api.Confirmer.
 func (d *daemon) ApplyRulesConfirm(text []byte, within time.Duration) (time.Time, error) {
-	if d.src != nil {
-		return time.Time{}, fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, d.src.opts)
+	if err := d.src.refuseLocal(); err != nil {
+		return time.Time{}, err
 	}
 	j := job{doc: document{origin: FromAPIPending, name: "api", label: "api (waiting for its confirmation)", text: text},
 		done: make(chan error, 1), confirm: within, revertAt: make(chan time.Time, 1)}

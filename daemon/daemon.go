@@ -211,7 +211,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		m.collector.SetFleet(d.fleet.metrics)
 	}
 	defer d.fleet.run(ctx)()
-	defer d.startRulesSource(ctx)()
+	defer d.src.start(ctx, d.metrics)() // rulesource.go
 	var changes <-chan watch.Change
 	if d.src != nil || d.opts.Config == "" {
 		// With a rules source, --config is bootstrap rules only.
@@ -260,7 +260,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			}
 		case r := <-d.prep.out:
 			d.finish(r)
-		case doc := <-d.sourceUpdates():
+		case doc := <-d.src.updates():
 			d.applySource(doc)
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())

@@ -193,8 +193,7 @@ func (d *daemon) persist(doc document) {
 		d.saveLastGood(doc.text)
 	case FromSource:
 		d.saveLastGood(doc.text)
-		d.src.saveMeta(d.opts.StateDir, doc.src, d.log)
-		d.src.version.Store(doc.src.Version)
+		d.src.committed(doc.src)
 	}
 }
 
@@ -227,9 +226,8 @@ func (d *daemon) reloadFile(origin Origin) {
 
 // onHUP re-reads the rules: the file, or the store at once.
 func (d *daemon) onHUP() {
-	if d.src != nil && d.src.src != nil {
+	if d.src.refresh() {
 		d.log.Info("SIGHUP: reading the rules source now")
-		d.src.src.Refresh()
 		return
 	}
 	d.reloadFile(FromSIGHUP)
@@ -240,14 +238,10 @@ func (d *daemon) applySource(doc rulesource.Document) {
 	if cur, _ := d.Rules(); bytes.Equal(cur, doc.Text) {
 		// The document in force: applyDocument records it as the
 		// source's without preparing it again.
-		d.finish(prepResult{job: job{doc: d.sourceDoc(doc)}})
+		d.finish(prepResult{job: job{doc: d.src.document(doc)}})
 		return
 	}
-	d.prep.submit(job{doc: d.sourceDoc(doc)})
-}
-
-func (d *daemon) sourceDoc(doc rulesource.Document) document {
-	return document{origin: FromSource, name: d.src.docName(doc), label: d.src.describe(doc), text: doc.Text, src: doc}
+	d.prep.submit(job{doc: d.src.document(doc)})
 }
 
 // startupRules returns the document to start with. Without a rules source:
@@ -257,7 +251,16 @@ func (d *daemon) sourceDoc(doc rulesource.Document) document {
 // the local snapshot, else the --config file.
 func (d *daemon) startupRules(ctx context.Context) (*prepared, error) {
 	if d.opts.RulesSource != "" {
-		return d.startupFromSource(ctx)
+		src, err := openRuleSource(d.opts.RulesSource, d.opts.RulesSourcePasswordFile, d.opts.StateDir, d.log) // rulesource.go
+		if err != nil {
+			return nil, err
+		}
+		d.src = src
+		var bootstrap func() (*prepared, error)
+		if d.opts.Config != "" {
+			bootstrap = func() (*prepared, error) { return d.prepareFile(FromBootstrap) }
+		}
+		return src.startup(ctx, d.prepare, d.lastGoodPath(), bootstrap)
 	}
 	if text, saved, err := api.SavedRules(d.opts.StateDir, d.opts.Config); err != nil {
 		d.log.Warn("cannot read the rules put through the API", "err", err)

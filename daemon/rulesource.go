@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/durable"
 	"github.com/xlimit/xlimit/userspace/metrics"
@@ -23,14 +24,18 @@ import (
 // ruleSource is the daemon's side of a rules source: the rules come from a
 // Redis key (userspace/rulesource), every accepted document is kept as the
 // last good rules, and the daemon starts from that snapshot when Redis does
-// not answer.
+// not answer. A part: it is given what it prepares documents with and
+// where the snapshot is, and is nil without a rules source (its methods
+// are nil-safe where the daemon calls them whatever the origin).
 type ruleSource struct {
-	opts    rulesource.Options
-	store   *rulesource.Redis
-	src     *rulesource.Source
-	seed    rulesource.Document // the document in force at start
-	invalid int                 // documents rejected at start, before metrics existed
-	version atomic.Int64        // version of the source's document in force; -1 unknown
+	opts     rulesource.Options
+	log      *slog.Logger
+	stateDir string
+	store    *rulesource.Redis
+	src      *rulesource.Source
+	seed     rulesource.Document // the document in force at start
+	invalid  int                 // documents rejected at start, before metrics existed
+	version  atomic.Int64        // version of the source's document in force; -1 unknown
 }
 
 // sourceMetaFile sits beside last-good.yaml: which source and version the
@@ -44,86 +49,91 @@ type sourceMeta struct {
 	SHA256  string `json:"sha256"`
 }
 
-// startupFromSource returns the rules to start with under a rules source:
-// the store's document, else the local snapshot, else the --config file
-// (bootstrap rules).
-func (d *daemon) startupFromSource(ctx context.Context) (*prepared, error) {
-	o, err := rulesource.ParseURL(d.opts.RulesSource)
+// openRuleSource opens the rules source of --rules-source (url, with the
+// password of passwordFile) without reading it yet.
+func openRuleSource(url, passwordFile, stateDir string, log *slog.Logger) (*ruleSource, error) {
+	o, err := rulesource.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --rules-source: %v", ErrUsage, err)
 	}
-	if err := o.SetPassword(d.opts.RulesSourcePasswordFile); err != nil {
+	if err := o.SetPassword(passwordFile); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	rulesource.SetClientLogger(d.log)
-	s := &ruleSource{opts: o, store: rulesource.Open(o)}
+	rulesource.SetClientLogger(log)
+	s := &ruleSource{opts: o, log: log, stateDir: stateDir, store: rulesource.Open(o)}
 	s.version.Store(-1)
-	d.src = s
+	return s, nil
+}
 
+// startup returns the rules to start with: the store's document, else the
+// local snapshot at lastGood, else bootstrap's (the --config file; nil
+// without one). prepare prepares a document.
+func (s *ruleSource) startup(ctx context.Context, prepare func(document) (*prepared, error), lastGood string, bootstrap func() (*prepared, error)) (*prepared, error) {
+	o := s.opts
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	doc, ok, err := s.store.Read(rctx)
 	cancel()
 	switch {
 	case err != nil:
-		d.log.Error("RULES SOURCE UNREACHABLE at start; retrying in the background", "source", o, "err", err)
+		s.log.Error("RULES SOURCE UNREACHABLE at start; retrying in the background", "source", o, "err", err)
 	case !ok:
-		d.log.Warn("the rules source holds no rules yet; push them with 'xlimit rules push'", "source", o, "key", o.Key)
+		s.log.Warn("the rules source holds no rules yet; push them with 'xlimit rules push'", "source", o, "key", o.Key)
 	default:
-		p, err := d.prepare(document{origin: FromSource, name: s.docName(doc), label: s.describe(doc), text: doc.Text, src: doc})
+		p, err := prepare(s.document(doc))
 		if err == nil {
-			d.log.Info("rules from the rules source", "source", o, "version", doc.Version)
+			s.log.Info("rules from the rules source", "source", o, "version", doc.Version)
 			// Seeded with its version: the store's first answer is this
 			// document and needs no apply.
 			s.seed = doc
 			return p, nil
 		}
 		s.invalid++
-		d.log.Error("the rules source's document is invalid; it is not applied", "source", o, "version", doc.Version, "err", err)
+		s.log.Error("the rules source's document is invalid; it is not applied", "source", o, "version", doc.Version, "err", err)
 	}
 
-	text, err := config.ReadFile(d.lastGoodPath())
+	text, err := config.ReadFile(lastGood)
 	if err == nil {
-		p, perr := d.prepare(document{origin: FromSnapshot, name: d.lastGoodPath(), label: d.lastGoodPath(), text: text})
+		p, perr := prepare(document{origin: FromSnapshot, name: lastGood, label: lastGood, text: text})
 		if perr == nil {
 			// Seeded without a version: the store's first answer is handed
 			// over even when it is this very document, so that the rules
 			// are then shown as the source's.
 			s.seed = rulesource.NewDocument(text, -1)
-			s.version.Store(s.snapshotVersion(d.opts.StateDir, text))
-			d.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", d.lastGoodPath(), "version", s.version.Load())
+			s.version.Store(s.snapshotVersion(text))
+			s.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", lastGood, "version", s.version.Load())
 			return p, nil
 		}
-		d.log.Error("the local snapshot of the rules is invalid", "file", d.lastGoodPath(), "err", perr)
+		s.log.Error("the local snapshot of the rules is invalid", "file", lastGood, "err", perr)
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		d.log.Error("cannot read the local snapshot of the rules", "err", err)
+		s.log.Error("cannot read the local snapshot of the rules", "err", err)
 	}
 
-	if d.opts.Config == "" {
-		return nil, fmt.Errorf("no rules to start with: the rules source %s gave none, there is no snapshot %s, and no --config", o, d.lastGoodPath())
+	if bootstrap == nil {
+		return nil, fmt.Errorf("no rules to start with: the rules source %s gave none, there is no snapshot %s, and no --config", o, lastGood)
 	}
-	p, err := d.prepareFile(FromBootstrap)
+	p, err := bootstrap()
 	if err != nil {
 		return nil, fmt.Errorf("load the bootstrap rules: %w", err)
 	}
-	d.log.Warn("RUNNING THE BOOTSTRAP RULES FILE until the rules source answers", "file", d.opts.Config)
+	s.log.Warn("RUNNING THE BOOTSTRAP RULES FILE until the rules source answers", "file", p.doc.name)
 	s.seed = rulesource.NewDocument(p.doc.text, -1)
 	return p, nil
 }
 
-// startRulesSource follows the store from now on; the returned func stops
-// following. Call it once the startup rules are applied and metrics serve.
-func (d *daemon) startRulesSource(ctx context.Context) (stop func()) {
-	s := d.src
+// start follows the store from now on; the returned func stops following.
+// Call it once the startup rules are applied and metrics serve (m, nil
+// without metrics).
+func (s *ruleSource) start(ctx context.Context, m *metricsServer) (stop func()) {
 	if s == nil {
 		return func() {}
 	}
-	if d.metrics != nil {
-		d.metrics.collector.WatchRulesSource(s.state)
+	if m != nil {
+		m.collector.WatchRulesSource(s.state)
 	}
 	for range s.invalid {
-		d.metrics.reload("failure")
+		m.reload("failure")
 	}
-	s.src = rulesource.New(s.store, rulesource.Config{Resync: s.opts.Resync, Name: s.opts.String(), Logger: d.log})
+	s.src = rulesource.New(s.store, rulesource.Config{Resync: s.opts.Resync, Name: s.opts.String(), Logger: s.log})
 	s.src.Seed(s.seed)
 	// The versions only move forward, from the snapshot's on.
 	s.src.SeedVersion(max(s.seed.Version, s.version.Load()))
@@ -133,23 +143,54 @@ func (d *daemon) startRulesSource(ctx context.Context) (stop func()) {
 		defer close(done)
 		s.src.Run(ctx)
 	}()
-	d.log.Info("following the rules source", "source", s.opts, "key", s.opts.Key, "channel", s.opts.Channel, "resync", s.opts.Resync)
+	s.log.Info("following the rules source", "source", s.opts, "key", s.opts.Key, "channel", s.opts.Channel, "resync", s.opts.Resync)
 	return func() {
 		cancel()
 		<-done
 		if err := s.store.Close(); err != nil {
-			d.log.Warn("close the rules source", "err", err)
+			s.log.Warn("close the rules source", "err", err)
 		}
 	}
 }
 
-// sourceUpdates is the channel of new documents; nil (never ready) without
-// a rules source.
-func (d *daemon) sourceUpdates() <-chan rulesource.Document {
-	if d.src == nil || d.src.src == nil {
+// updates is the channel of new documents; nil (never ready) without a
+// rules source or before start.
+func (s *ruleSource) updates() <-chan rulesource.Document {
+	if s == nil || s.src == nil {
 		return nil
 	}
-	return d.src.src.Updates()
+	return s.src.Updates()
+}
+
+// refresh reads the store now (SIGHUP); false without a rules source
+// followed.
+func (s *ruleSource) refresh() bool {
+	if s == nil || s.src == nil {
+		return false
+	}
+	s.src.Refresh()
+	return true
+}
+
+// refuseLocal is the API's answer to rules put locally while the rules
+// come from the source: an error, or nil without a rules source.
+func (s *ruleSource) refuseLocal() error {
+	if s == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: the rules come from the rules source %s; change them there ('xlimit rules push')", api.ErrRejected, s.opts)
+}
+
+// document is the store's doc on its way to the kernel.
+func (s *ruleSource) document(doc rulesource.Document) document {
+	return document{origin: FromSource, name: s.docName(doc), label: s.describe(doc), text: doc.Text, src: doc}
+}
+
+// committed records that doc is in force and is the snapshot (after the
+// snapshot is written).
+func (s *ruleSource) committed(doc rulesource.Document) {
+	s.saveMeta(doc)
+	s.version.Store(doc.Version)
 }
 
 // docName names a document in validation errors: KEY@vVERSION:LINE: ...
@@ -171,19 +212,19 @@ func (s *ruleSource) state() metrics.RulesSource {
 }
 
 // saveMeta records which document the snapshot is (after saveLastGood).
-func (s *ruleSource) saveMeta(stateDir string, doc rulesource.Document, log *slog.Logger) {
+func (s *ruleSource) saveMeta(doc rulesource.Document) {
 	data, err := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256})
 	if err == nil {
-		err = durable.WriteFile(filepath.Join(stateDir, sourceMetaFile), data, 0o600)
+		err = durable.WriteFile(filepath.Join(s.stateDir, sourceMetaFile), data, 0o600)
 	}
 	if err != nil {
-		log.Warn("cannot record the version of the rules snapshot", "err", err)
+		s.log.Warn("cannot record the version of the rules snapshot", "err", err)
 	}
 }
 
 // snapshotVersion is the version recorded for the snapshot text, or -1.
-func (s *ruleSource) snapshotVersion(stateDir string, text []byte) int64 {
-	data, err := os.ReadFile(filepath.Join(stateDir, sourceMetaFile))
+func (s *ruleSource) snapshotVersion(text []byte) int64 {
+	data, err := os.ReadFile(filepath.Join(s.stateDir, sourceMetaFile))
 	if err != nil {
 		return -1
 	}
