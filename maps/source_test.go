@@ -263,24 +263,29 @@ func TestSourcePrefixAggregation(t *testing.T) {
 		{"IPv6 ignores prefix_v4", 1, 128, "2001:db8::1", "2001:db8::2", false, []string{"2001:db8::2/128", "2001:db8::1/128"}},
 		{"IPv4 and IPv4-mapped IPv6 never share", 32, 128, "192.0.2.10", "::ffff:192.0.2.10", false, []string{"::ffff:192.0.2.10/128", "192.0.2.10/32"}},
 	}
+	// One program for every case, each with its own rule on its own
+	// port: a load costs about 10 s under TCG (make test-kernel-qemu),
+	// and each rule's sources live in its own slot.
+	h := newPSHarness(t, 0)
+	var rules []dataplane.RuleSpec
+	for i, c := range cases {
+		rules = append(rules, psRule("agg-"+itoa(i), uint16(1000+i), 1e6, 1e6, dataplane.PerSourceSpec{Rate: 1, Burst: 3, PrefixV4: c.p4, PrefixV6: c.p6}))
+	}
+	h.apply(t, compile(t, &dataplane.Spec{Rules: rules}, nil))
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := newPSHarness(t, 0)
-			name := "agg-" + itoa(i)
-			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
-				psRule(name, 53, 1e6, 1e6, dataplane.PerSourceSpec{Rate: 1, Burst: 3, PrefixV4: c.p4, PrefixV6: c.p6}),
-			}}, nil))
+			name, port := "agg-"+itoa(i), uint16(1000+i)
 			slot := h.slot(t, name)
 			now := psT0 + uint64(i)*1000*second
 			a, b := netip.MustParseAddr(c.a), netip.MustParseAddr(c.b)
-			if got := offer(t, h, slot, build(udpTo(a, 53)), now, 4); got != 3 {
+			if got := offer(t, h, slot, build(udpTo(a, port)), now, 4); got != 3 {
 				t.Errorf("%s admitted %d of 4, want its burst of 3", a, got)
 			}
 			want := 3
 			if c.share {
 				want = 0
 			}
-			if got := offer(t, h, slot, build(udpTo(b, 53)), now, 5); got != want {
+			if got := offer(t, h, slot, build(udpTo(b, port)), now, 5); got != want {
 				t.Errorf("%s after %s: admitted %d of 5, want %d (share=%v)", b, a, got, want, c.share)
 			}
 			var keys []string
