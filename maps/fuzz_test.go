@@ -46,6 +46,7 @@ func FuzzXDP(f *testing.F) {
 	h.apply(f, compile(f, fuzzSpec(), nil))
 	now := second
 	f.Fuzz(func(t *testing.T, frame []byte, repeat uint8) {
+		h.enter(t)
 		now += 3600 * second
 		if len(frame) < 14 {
 			// BPF_PROG_TEST_RUN rejects XDP input under 14 bytes: the

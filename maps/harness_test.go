@@ -34,6 +34,10 @@ type harness struct {
 	model *dataplane.Model
 	clock uint64
 	set   bool // clock written at least once
+	// cpu is the CPU every packet of the harness runs on, and tid the OS
+	// thread bound to it (pinToOneCPU, or enter in a subtest):
+	// kernelRunOut refuses any other thread.
+	cpu, tid int
 }
 
 // newHarness loads the program with the fake clock; it skips the test when
@@ -55,8 +59,53 @@ func loadHarness(tb testing.TB, pinDir string) *harness {
 	}
 	tb.Cleanup(func() { o.Close() })
 	h := &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+	h.bind(tb)
 	h.setHost(tb, defaultHost())
 	return h
+}
+
+// bind records the calling thread, which the test has pinned to one CPU,
+// as the harness's thread.
+func (h *harness) bind(tb testing.TB) {
+	tb.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		tb.Fatalf("read CPU affinity: %v", err)
+	}
+	h.cpu = -1
+	for c := range runtime.NumCPU() {
+		if set.IsSet(c) {
+			h.cpu = c
+			break
+		}
+	}
+	if set.Count() != 1 || h.cpu < 0 {
+		tb.Fatalf("bind the harness: the test's thread may run on %d CPUs; pin it to one first (pinToOneCPU)", set.Count())
+	}
+	h.tid = unix.Gettid()
+}
+
+// enter moves a subtest onto the harness's CPU: t.Run runs the subtest on
+// a goroutine of its own, which the parent test's pinned thread does not
+// carry. Every subtest that sends through a harness made by its parent
+// calls it first.
+func (h *harness) enter(tb testing.TB) {
+	tb.Helper()
+	pinTo(tb, h.cpu)
+	prev := h.tid
+	h.tid = unix.Gettid()
+	tb.Cleanup(func() { h.tid = prev })
+}
+
+// onThread fails the test when the caller is not on the harness's thread:
+// the program's token caches are per CPU and the model is one CPU, so a
+// packet sent from another CPU makes the two differ for no fault of
+// either (a subtest that forgot enter, found by CI in a 2-CPU guest).
+func (h *harness) onThread(tb testing.TB) {
+	tb.Helper()
+	if tid := unix.Gettid(); tid != h.tid {
+		tb.Fatalf("harness used from thread %d, not its thread %d pinned to CPU %d: a subtest calls h.enter(t) first", tid, h.tid, h.cpu)
+	}
 }
 
 // defaultHost is the host that the test frames are addressed to: the
@@ -89,6 +138,13 @@ var nextCPU atomic.Int32
 // Harnesses spread over the CPUs so parallel tests do not queue on one.
 func pinToOneCPU(tb testing.TB) {
 	tb.Helper()
+	pinTo(tb, int(nextCPU.Add(1))%runtime.NumCPU())
+}
+
+// pinTo locks the test's goroutine to its OS thread and binds the thread
+// to cpu until the test ends.
+func pinTo(tb testing.TB, cpu int) {
+	tb.Helper()
 	runtime.LockOSThread()
 	var old unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &old); err != nil {
@@ -96,7 +152,7 @@ func pinToOneCPU(tb testing.TB) {
 		tb.Fatalf("read CPU affinity: %v", err)
 	}
 	var one unix.CPUSet
-	one.Set(int(nextCPU.Add(1)) % runtime.NumCPU())
+	one.Set(cpu)
 	if err := unix.SchedSetaffinity(0, &one); err != nil {
 		runtime.UnlockOSThread()
 		tb.Fatalf("pin to one CPU: %v", err)
@@ -183,6 +239,7 @@ func (h *harness) kernelRun(tb testing.TB, frame []byte, now uint64, n uint32) b
 // tx) and the frame as the program left it.
 func (h *harness) kernelRunOut(tb testing.TB, frame []byte, now uint64, n uint32) (uint32, []byte) {
 	tb.Helper()
+	h.onThread(tb)
 	h.setClock(tb, now)
 	out := make([]byte, len(frame)+256)
 	opts := &ebpf.RunOptions{Data: frame, DataOut: out, Repeat: n}

@@ -138,6 +138,7 @@ func TestFragmentVerdicts(t *testing.T) {
 		}
 		fam := map[bool]string{true: "IPv4 ", false: "IPv6 "}[src.Is4()]
 		t.Run(fam+"admitted datagram charges every fragment", func(t *testing.T) {
+			h.enter(t)
 			slot, frames := rule(t, "", 1e6, 1e6, true, 53, 4000)
 			before := h.slotCounters(t, slot)
 			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
@@ -154,6 +155,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"a datagram larger than the burst is lent once, then refused whole", func(t *testing.T) {
+			h.enter(t)
 			slot, frames := rule(t, "", 16, 3200, true, 53, 8000)
 			before := h.slotCounters(t, slot)
 			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
@@ -169,6 +171,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"a packet rule charges a whole datagram its fragments", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "", 1, 10, false, 53, 8000) // 6 fragments of 10 packets
 			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
 				t.Errorf("%d of %d fragments passed, want all", passed, len(frames))
@@ -179,6 +182,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"undeclared size: a dropped fragment drops the rest uncharged", func(t *testing.T) {
+			h.enter(t)
 			// A UDP length that ends in the first fragment tells no size:
 			// the fragments are charged one by one.
 			slot, frames := rule(t, "", 16, 3200, true, 53, 8000)
@@ -197,6 +201,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"fragments beyond the declared datagram are dropped", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "", 1e6, 1e6, true, 53, 8000)
 			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
 				t.Errorf("%d of %d fragments passed, want all", passed, len(frames))
@@ -208,6 +213,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"a later fragment before its first is an orphan", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "", 1e6, 1e6, true, 53, 8000)
 			if pass, res := h.run(t, frames[2], now); pass || res.Reason != dataplane.ReasonFragOrphan {
 				t.Errorf("reordered fragment: pass=%v %v, want drop fragment_orphan", pass, res.Reason)
@@ -215,6 +221,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			h.runAll(t, append(frames[:2:2], frames[3:]...), now)
 		})
 		t.Run(fam+"dropped first fragment drops the rest", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "", 1, 1, false, 53, 3000)
 			h.run(t, build(udpTo(src, 53)), now) // spends the burst
 			if passed, _ := h.runAll(t, frames, now); passed != 0 {
@@ -222,6 +229,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"orphan", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "", 1e6, 1e6, false, 53, 3000)
 			for _, f := range frames[1:] {
 				if pass, res := h.run(t, f, now); pass || res.Reason != dataplane.ReasonFragOrphan {
@@ -230,6 +238,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"fragments: drop", func(t *testing.T) {
+			h.enter(t)
 			slot, frames := rule(t, "drop", 1e6, 1e6, false, 53, 3000)
 			before := h.slotCounters(t, slot)
 			if passed, _ := h.runAll(t, frames, now); passed != 0 {
@@ -243,6 +252,7 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"fragments: ignore passes the rest unlimited", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "ignore", 1, 1, false, 53, 3000)
 			h.run(t, frames[0], now)
 			for _, f := range frames[1:] {
@@ -252,12 +262,14 @@ func TestFragmentVerdicts(t *testing.T) {
 			}
 		})
 		t.Run(fam+"datagram to an unlimited port passes whole", func(t *testing.T) {
+			h.enter(t)
 			_, frames := rule(t, "", 1, 1, false, 5353, 3000)
 			if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
 				t.Errorf("%d of %d fragments to a port without a rule passed", passed, len(frames))
 			}
 		})
 		t.Run(fam+"protocol without port rules is not followed", func(t *testing.T) {
+			h.enter(t)
 			id++
 			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
 				{Name: "web-" + itoa(int(id)), Protocol: "tcp", Ports: ports(80, 80), Rate: 1, Burst: 1},

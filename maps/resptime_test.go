@@ -48,6 +48,7 @@ func newRespHarness(t *testing.T, rules ...dataplane.RuleSpec) *respHarness {
 // the next program run (TCX_NEXT, -1) and leave the frame as it was.
 func (h *respHarness) egress(t *testing.T, f []byte, now uint64) {
 	t.Helper()
+	h.onThread(t)
 	h.setClock(t, now)
 	out := make([]byte, len(f)+64)
 	opts := &ebpf.RunOptions{Data: f, DataOut: out}
@@ -121,6 +122,7 @@ func TestResponseTime(t *testing.T) {
 		{netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("2001:db8::80"), 40001, 80},
 	} {
 		t.Run(x.client.String(), func(t *testing.T) {
+			h.enter(t)
 			now := uint64(1000 * second)
 			before := h.hist(t, slot)
 			pass := func(f []byte, at uint64) {

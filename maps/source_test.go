@@ -36,7 +36,9 @@ func newPSHarness(tb testing.TB, tableSize int) *harness {
 		tb.Fatalf("load: %v", err)
 	}
 	tb.Cleanup(func() { o.Close() })
-	return &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+	h := &harness{obj: o, tab: o.Tables(), model: &dataplane.Model{}}
+	h.bind(tb)
+	return h
 }
 
 // psRule is a UDP rule on port with a rule-wide rate and a per-source limit.
@@ -274,6 +276,7 @@ func TestSourcePrefixAggregation(t *testing.T) {
 	h.apply(t, compile(t, &dataplane.Spec{Rules: rules}, nil))
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			h.enter(t)
 			name, port := "agg-"+itoa(i), uint16(1000+i)
 			slot := h.slot(t, name)
 			now := psT0 + uint64(i)*1000*second

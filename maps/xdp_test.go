@@ -31,6 +31,7 @@ func TestFrames(t *testing.T) {
 		}
 		now := uint64(i+1) * 1000 * second
 		t.Run(c.name, func(t *testing.T) {
+			h.enter(t)
 			for _, f := range c.pre {
 				h.run(t, f, now)
 			}
@@ -304,6 +305,7 @@ func TestNewBucketStartsFullAtAnyUptime(t *testing.T) {
 		{"20 years", 20 * year},
 	} {
 		t.Run(up.name, func(t *testing.T) {
+			h.enter(t)
 			// A rule with a new name: a new epoch, so the slot's bucket
 			// state is reset by the program.
 			name := "rule-" + itoa(i)
