@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -162,4 +163,24 @@ func (n *NS) Close() error {
 		n.closed = true
 	}
 	return errors.Join(errs...)
+}
+
+// LinkStats reads the counters of the namespace's interface ifname. A
+// veth counts in its tx_dropped the frames it could not queue to its
+// peer because the peer's ring was full: what a flood faster than the
+// receiving side drains loses before any XDP program sees it.
+func (n *NS) LinkStats(ifname string) (netlink.LinkStatistics, error) {
+	var st netlink.LinkStatistics
+	err := n.Do(func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return fmt.Errorf("find link %s: %w", ifname, err)
+		}
+		if l.Attrs().Statistics == nil {
+			return fmt.Errorf("read the counters of %s: none reported", ifname)
+		}
+		st = *l.Attrs().Statistics
+		return nil
+	})
+	return st, err
 }
