@@ -5,11 +5,9 @@ package loader
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlimit/xlimit/maps"
@@ -58,32 +56,12 @@ func (a *Attachment) relinkCookies() error {
 	return a.linkCookies(a.cookieProg)
 }
 
-// linkCookies attaches cp at TC ingress through the pinned tcx link:
-// the pinned link's program is replaced in place when it is still on
-// this interface, or a new link is pinned. It leaves cp open on failure.
+// linkCookies attaches cp at TC ingress through the pinned tcx link
+// (tcxLink). It leaves cp open on failure.
 func (a *Attachment) linkCookies(cp *maps.CookieProgram) error {
-	pin := filepath.Join(a.Dir, cookiePin)
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if sameTCX(l, a.Ifindex) {
-			if err := l.Update(cp.Program()); err == nil {
-				a.cookieProg, a.cookieLink = cp, l
-				return nil
-			}
-		}
-		// The interface was deleted (its TCX links with it), or the
-		// link detached: start anew.
-		_ = l.Unpin()
-		l.Close()
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("load pinned link %s: %w", pin, err)
-	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: a.Ifindex, Program: cp.Program(), Attach: ebpf.AttachTCXIngress})
+	l, err := tcxLink(filepath.Join(a.Dir, cookiePin), a.Ifindex, cp.Program(), ebpf.AttachTCXIngress)
 	if err != nil {
 		return fmt.Errorf("attach the SYN cookie check at TC ingress of %s: %w", a.Iface, err)
-	}
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return fmt.Errorf("pin the SYN cookie check's link: %w", err)
 	}
 	a.cookieProg, a.cookieLink = cp, l
 	return nil

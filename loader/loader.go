@@ -113,6 +113,7 @@ type Attachment struct {
 	objs       *maps.Objects
 	link       link.Link
 	sockOps    link.Link
+	respProg   *maps.RespProgram
 	respTime   link.Link
 	lock       *os.File
 }
@@ -326,10 +327,7 @@ func (a *Attachment) Close() error {
 		errs = append(errs, a.sockOps.Close())
 		a.sockOps = nil
 	}
-	if a.respTime != nil {
-		errs = append(errs, a.respTime.Close())
-		a.respTime = nil
-	}
+	errs = append(errs, a.closeRespTime())
 	errs = append(errs, a.closeCookies())
 	if a.objs != nil {
 		errs = append(errs, a.objs.Close())

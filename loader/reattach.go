@@ -19,8 +19,8 @@ import (
 // hold are in force from the new interface's first packet. The stale
 // pinned link (its interface is gone) is replaced. The TC programs this
 // package attached besides XDP (the SYN cookies' ACK check at ingress, the
-// response timer at egress) went with the old interface: they are attached
-// again to the new one.
+// response timer at egress) went with the old interface: they stay loaded
+// and are linked again to the new one.
 func (a *Attachment) Reattach(mode Mode) error {
 	if a.objs == nil {
 		return errors.New("reattach: the attachment is closed")
@@ -59,9 +59,7 @@ func (a *Attachment) Reattach(mode Mode) error {
 		errs = append(errs, a.relinkCookies())
 	}
 	if a.respTime != nil {
-		errs = append(errs, a.respTime.Close())
-		a.respTime = nil
-		errs = append(errs, a.attachRespTime())
+		errs = append(errs, a.relinkRespTime())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("reattach the TC programs to %s: %w", a.Iface, err)

@@ -13,9 +13,9 @@ import (
 // TestReattachTCPrograms: an interface deleted and created again under its
 // name gets the loaded XDP program back, and the TC programs attached
 // beside it (the SYN cookies' ACK check at ingress, the response timer at
-// egress) too, on the new index. The cookie check is attached as it is
-// loaded, not loaded and verified again: that took 1.7 s of the daemon's
-// loop and made tests.TestInterfaceComesBack miss its second.
+// egress) too, on the new index. Both are attached as they are loaded, not
+// loaded and verified again: for the cookie check that took 1.7 s of the
+// daemon's loop and made tests.TestInterfaceComesBack miss its second.
 func TestReattachTCPrograms(t *testing.T) {
 	l, bpffs := setup(t)
 	a, err := attachIn(t, l, bpffs, ModeAuto)
@@ -27,18 +27,23 @@ func TestReattachTCPrograms(t *testing.T) {
 		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
 	}
 	oldIndex := a.Ifindex
-	cookieID := func() ebpf.ProgramID {
-		if a.cookieProg == nil {
+	// The programs' IDs, as the TCX links attach them.
+	progID := func(l link.Link) ebpf.ProgramID {
+		if l == nil {
 			return 0
 		}
-		info, err := a.cookieProg.Program().Info()
+		info, err := l.Info()
 		if err != nil {
-			t.Fatalf("cookie program info: %v", err)
+			t.Fatalf("link info: %v", err)
 		}
-		id, _ := info.ID()
-		return id
+		return info.Program
 	}
-	oldCookie := cookieID()
+	cookieID := func() ebpf.ProgramID { return progID(a.cookieLink) }
+	respID := func() ebpf.ProgramID { return progID(a.respTime) }
+	oldCookie, oldResp := cookieID(), respID()
+	if oldCookie == 0 || oldResp == 0 {
+		t.Fatalf("the attachment holds no loaded TC program (cookie check %d, response timer %d)", oldCookie, oldResp)
+	}
 	var newIndex int
 	err = l.Server.Do(func() error {
 		nl, err := netlink.LinkByName(l.ServerIf)
@@ -75,6 +80,9 @@ func TestReattachTCPrograms(t *testing.T) {
 	}
 	if now := cookieID(); now != oldCookie {
 		t.Errorf("the cookie check was loaded again: program %d → %d, want the loaded one attached again", oldCookie, now)
+	}
+	if now := respID(); now != oldResp {
+		t.Errorf("the response timer was loaded again: program %d → %d, want the loaded one attached again", oldResp, now)
 	}
 	if st, err := Inspect(bpffs, l.ServerIf); err != nil || !st.Attached || st.Ifindex != newIndex {
 		t.Errorf("XDP after reattach: %+v, %v", st, err)

@@ -5,11 +5,11 @@ package loader
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+
+	"github.com/xlimit/xlimit/maps"
 )
 
 // respTimePin is the pin of the TCX link that attaches the response
@@ -22,49 +22,57 @@ const respTimePin = "resptime_link"
 var ErrRespTimeKernel = errors.New("signal response_time needs TCX (BPF links for tc egress, Linux 6.6 or newer), which this kernel lacks")
 
 // attachRespTime loads the response timer over the XDP object's maps and
-// attaches it to the interface's egress through a pinned TCX link, or
-// replaces the program of the pinned link in place (a restart adopts it).
+// attaches it to the interface's egress through the pinned TCX link
+// (tcxLink: adopted and updated in place after a restart).
 func (a *Attachment) attachRespTime() error {
 	prog, err := a.objs.LoadRespProgram(false)
 	if err != nil {
 		return err
 	}
-	defer prog.Close() // the link holds the program
-	pin := filepath.Join(a.Dir, respTimePin)
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		if sameTCX(l, a.Ifindex) {
-			if err := l.Update(prog.Program()); err == nil {
-				a.respTime = l
-				return nil
-			}
-		}
-		// The interface was deleted (its TCX links with it), or the
-		// link detached: start anew.
-		_ = l.Unpin()
-		l.Close()
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("load pinned link %s: %w", pin, err)
+	if err := a.linkRespTime(prog); err != nil {
+		prog.Close()
+		return err
 	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: a.Ifindex, Program: prog.Program(), Attach: ebpf.AttachTCXEgress})
-	if err != nil {
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("%w (%v)", ErrRespTimeKernel, err)
-		}
-		return fmt.Errorf("attach the response timer to %s egress: %w", a.Iface, err)
-	}
-	if err := l.Pin(pin); err != nil {
-		l.Close()
-		return fmt.Errorf("pin the response timer's link: %w", err)
-	}
-	a.respTime = l
 	return nil
 }
 
-func sameTCX(l link.Link, ifindex int) bool {
-	info, err := l.Info()
-	if err != nil {
-		return false
+// relinkRespTime attaches the loaded response timer again, to the
+// interface's current index (it was re-created, and its TCX links went
+// with it), as relinkCookies does for the ACK check: the program stays
+// loaded and is not verified again.
+func (a *Attachment) relinkRespTime() error {
+	if a.respTime != nil {
+		_ = a.respTime.Close() // detached with the old interface
+		a.respTime = nil
 	}
-	t := info.TCX()
-	return t != nil && int(t.Ifindex) == ifindex
+	if a.respProg == nil {
+		return a.attachRespTime()
+	}
+	return a.linkRespTime(a.respProg)
+}
+
+// linkRespTime attaches prog at TC egress; it leaves prog open on failure.
+func (a *Attachment) linkRespTime(prog *maps.RespProgram) error {
+	l, err := tcxLink(filepath.Join(a.Dir, respTimePin), a.Ifindex, prog.Program(), ebpf.AttachTCXEgress)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("%w (%v)", ErrRespTimeKernel, err)
+	}
+	if err != nil {
+		return fmt.Errorf("attach the response timer to %s egress: %w", a.Iface, err)
+	}
+	a.respProg, a.respTime = prog, l
+	return nil
+}
+
+func (a *Attachment) closeRespTime() error {
+	var errs []error
+	if a.respTime != nil {
+		errs = append(errs, a.respTime.Close())
+		a.respTime = nil
+	}
+	if a.respProg != nil {
+		errs = append(errs, a.respProg.Close())
+		a.respProg = nil
+	}
+	return errors.Join(errs...)
 }
