@@ -102,8 +102,8 @@ check-imports: ## Fail when a package other than maps/, loader/, bench/ and test
 	test -z "$$bad" || { echo "check-imports: only maps/, loader/, bench/ and tests/kit/ may import github.com/cilium/ebpf; these do:"; echo "$$bad"; exit 1; }
 
 .PHONY: test-unit
-test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files, the test kit.
-	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/...
+test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files, the test kit, the daemon's parts (no cycle among its files).
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/... ./bench/arrows/
 	$(GO) test $(GOFLAGS_TEST) -run '^TestDesign' ./maps/  # docs/design.md §2 against the objects' ELF specs (no root)
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 

@@ -12,60 +12,50 @@ import (
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
-// setRules records the rules text in force and where it came from.
-func (d *daemon) setRules(text []byte, source string, s *Specs) {
-	names := make(map[string]bool, len(s.Dataplane.Rules))
-	for _, r := range s.Dataplane.Rules {
-		names[r.Name] = true
-	}
-	d.rulesMu.Lock()
-	d.rulesText, d.rulesSource, d.ruleNames = text, source, names
-	d.rulesMu.Unlock()
+// apiFront is the daemon as the local API sees it (api.Daemon and
+// api.Confirmer), on the API server's goroutines: it reads the rules in
+// force and the pins, and hands documents and confirmations to the loop,
+// waiting for their outcome until the loop ends.
+type apiFront struct {
+	bpffs    string
+	kernel   *attached
+	record   *rulesRecord
+	feedback *xsignal.Feedback
+	prep     *preparer
+	src      *ruleSource // nil without a rules source
+	fleet    func() *api.FleetStatus
+	confirm  chan<- chan error // the loop confirms (daemon.go)
+	loopDone <-chan struct{}
 }
 
-// setRulesSource renames the source of the rules in force.
-func (d *daemon) setRulesSource(source string) {
-	d.rulesMu.Lock()
-	d.rulesSource = source
-	d.rulesMu.Unlock()
-}
+// errStopping answers a call the loop can no longer take.
+var errStopping = errors.New("the daemon is stopping")
 
 // Status implements api.Daemon.
-func (d *daemon) Status() (api.StatusReport, error) {
+func (f *apiFront) Status() (api.StatusReport, error) {
 	rep := api.StatusReport{Interfaces: []api.IfaceStatus{}}
-	d.mu.Lock()
-	attach := d.attach
-	d.mu.Unlock()
-	for _, a := range attach {
-		st, err := pinstatus.Read(d.opts.BPFFS, a.Iface)
+	for _, a := range f.kernel.all() {
+		st, err := pinstatus.Read(f.bpffs, a.Iface)
 		if err != nil {
 			return rep, err
 		}
 		rep.Interfaces = append(rep.Interfaces, st)
 	}
-	rep.Fleet = d.fleet.status()
+	rep.Fleet = f.fleet()
 	return rep, nil
 }
 
 // Rules implements api.Daemon.
-func (d *daemon) Rules() ([]byte, string) {
-	d.rulesMu.Lock()
-	defer d.rulesMu.Unlock()
-	return d.rulesText, d.rulesSource
-}
+func (f *apiFront) Rules() ([]byte, string) { return f.record.get() }
 
 // RuleExists implements api.Daemon.
-func (d *daemon) RuleExists(name string) bool {
-	d.rulesMu.Lock()
-	defer d.rulesMu.Unlock()
-	return d.ruleNames[name]
-}
+func (f *apiFront) RuleExists(name string) bool { return f.record.has(name) }
 
 // Feedback implements api.Daemon: a service's own queueing delay and
 // error counts for a rule steered by `signal: feedback`.
-func (d *daemon) Feedback(f api.Feedback) error {
-	delay := time.Duration(f.QueueingDelayMS * float64(time.Millisecond))
-	err := d.feedback.Put(f.Rule, delay, f.Errors, f.Requests, time.Now())
+func (f *apiFront) Feedback(fb api.Feedback) error {
+	delay := time.Duration(fb.QueueingDelayMS * float64(time.Millisecond))
+	err := f.feedback.Put(fb.Rule, delay, fb.Errors, fb.Requests, time.Now())
 	if errors.Is(err, xsignal.ErrNotSteered) {
 		return fmt.Errorf("%w: %w", api.ErrRejected, err)
 	}
@@ -75,19 +65,52 @@ func (d *daemon) Feedback(f api.Feedback) error {
 // ApplyRules implements api.Daemon: PUT /v1/rules, refused while the
 // rules come from a rules source (which would overwrite them at its next
 // change anyway), else prepared off the loop and committed by it.
-func (d *daemon) ApplyRules(text []byte) error {
-	if err := d.src.refuseLocal(); err != nil {
-		return err
+func (f *apiFront) ApplyRules(text []byte) error {
+	_, err := f.submit(job{doc: document{origin: FromAPI, name: "api", label: "api", text: text}})
+	return err
+}
+
+// ApplyRulesConfirm implements api.Confirmer: PUT /v1/rules?confirm=, as
+// ApplyRules, with the deadline of its confirmation (confirm.go).
+func (f *apiFront) ApplyRulesConfirm(text []byte, within time.Duration) (time.Time, error) {
+	return f.submit(job{doc: document{origin: FromAPIPending, name: "api", label: "api (waiting for its confirmation)", text: text},
+		confirm: within, revertAt: make(chan time.Time, 1)})
+}
+
+// submit hands j to the preparer and waits for its commit; a change that
+// waits for its confirmation returns its deadline.
+func (f *apiFront) submit(j job) (time.Time, error) {
+	if err := f.src.refuseLocal(); err != nil {
+		return time.Time{}, err
 	}
-	j := job{doc: document{origin: FromAPI, name: "api", label: "api", text: text}, done: make(chan error, 1)}
-	d.prep.submit(j)
+	j.done = make(chan error, 1)
+	f.prep.submit(j)
 	select {
 	case err := <-j.done:
 		if err != nil {
-			return fmt.Errorf("%w: %w", api.ErrRejected, err)
+			return time.Time{}, fmt.Errorf("%w: %w", api.ErrRejected, err)
 		}
-		return nil
-	case <-d.loopDone:
-		return errors.New("the daemon is stopping")
+		if j.revertAt == nil {
+			return time.Time{}, nil
+		}
+		return <-j.revertAt, nil
+	case <-f.loopDone:
+		return time.Time{}, errStopping
+	}
+}
+
+// ConfirmRules implements api.Confirmer: the loop confirms.
+func (f *apiFront) ConfirmRules() error {
+	done := make(chan error, 1)
+	select {
+	case f.confirm <- done:
+	case <-f.loopDone:
+		return errStopping
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-f.loopDone:
+		return errStopping
 	}
 }

@@ -2,7 +2,7 @@
 
 // Package daemon is xlimit's daemon (`xlimit run`): it attaches the XDP
 // program to the interfaces, applies every rules document through one path
-// (rules.go), steers the kernel's rates with the control loop every period,
+// (the pipeline: pipeline.go), steers the kernel's rates with the control loop every period,
 // and serves the local API and the Prometheus metrics. Its dependencies on
 // the process (clocks, systemd's notify socket, the host's signals) are
 // Options, so that it runs in-process in tests.
@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -33,46 +32,25 @@ import (
 type daemon struct {
 	opts     Options
 	log      *slog.Logger
-	specs    *Specs // in force
-	attach   []*loader.Attachment
-	metrics  *metricsServer
 	loop     *control.Loop
 	dog      watchdog
 	feedback *xsignal.Feedback
 	probes   xsignal.Probes
 	signals  loopSignals
-	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
-	src      *ruleSource            // nil without a rules source
-	fleet    *fleetShare            // nil without --fleet (fleet.go)
-	queues   kernelQueues           // paced rules with queue: kernel (queue.go)
+	src      *ruleSource    // nil without a rules source (rulesource.go)
+	fleet    *fleetShare    // nil without --fleet (fleet.go)
+	queues   kernelQueues   // paced rules with queue: kernel (queue.go)
+	metrics  *metricsServer // nil without --metrics-addr (metrics.go)
 
-	mu    sync.Mutex // guards plans and attach against the metrics collector and the API
-	plans map[string]*dataplane.Plan
-
-	ifaces    []string              // the configured interfaces
-	links     *links                // attaching and re-attaching to them (links.go)
+	kernel    *attached             // the attachments and the plans in force (plans.go)
+	links     *links                // attaching and re-attaching to the interfaces (links.go)
 	guard     atomic.Pointer[guard] // the rules file's allow and management (guard.go)
 	hostAddrs hostAddrs             // the host's addresses in the kernel (hostaddrs.go)
+	rules     *pipeline             // every rules document's path (pipeline.go)
 
-	api     *api.Server
-	prep    *preparer       // documents that arrive while running (prepare.go)
-	inForce document        // the document in force (the loop goroutine's)
-	pending *pendingConfirm // rules waiting for their confirmation (confirm.go)
-	// confirm.go: the document in force as prepared; the deadline the
-	// control loop's rates are capped at; the plans a pending change
-	// returns to (guarded by mu, with bases); reverts done at the start.
-	inForcePrep  *prepared
-	capNS        uint64
-	reserved     map[string]*dataplane.Plan
-	bases        map[string]basePlan
-	startReverts int
-	confirmCh    chan chan error
-	loopDone     chan struct{}
-
-	rulesMu     sync.Mutex // guards the fields below against the API
-	rulesText   []byte
-	rulesSource string
-	ruleNames   map[string]bool
+	api       *api.Server
+	confirmCh chan chan error // the API's confirmations, to the loop
+	loopDone  chan struct{}   // closed when the loop ends
 }
 
 // Run runs the daemon until ctx ends. Protection stays attached when it
@@ -104,8 +82,11 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	d := &daemon{opts: o, log: o.Logger, loop: loop, feedback: xsignal.NewFeedback(),
-		queues: kernelQueues{log: o.Logger, detach: o.DetachOnExit}}
-	d.hostAddrs = hostAddrs{log: o.Logger, attached: d.withAttached}
+		queues: kernelQueues{log: o.Logger, detach: o.DetachOnExit}, kernel: newAttached()}
+	d.hostAddrs = hostAddrs{log: o.Logger, attached: d.kernel.with}
+	d.rules = &pipeline{opts: &d.opts, log: d.log, kernel: d.kernel, guard: &d.guard, prep: newPreparer(),
+		record: &rulesRecord{}, tick: d.afterTick,
+		queues: &d.queues, loop: loop, feedback: d.feedback, probes: &d.probes, signals: &d.signals}
 	return d.run(ctx)
 }
 
@@ -121,7 +102,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		d.guard.Store(g)
 	}
 	// The startup document may be large: SIGTERM must not wait for it.
-	start, err := untilDone(ctx, func() (*prepared, error) { return d.startupRules(ctx) })
+	start, err := untilDone(ctx, func() (*prepared, error) { return d.rules.startupRules(ctx) })
 	if err != nil {
 		if ctx.Err() != nil {
 			d.log.Info("stopped while reading the rules; nothing was attached")
@@ -136,17 +117,20 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if len(ifaces) == 0 {
 		return fmt.Errorf("%w: no interfaces: give --iface or 'interfaces' in the rules file", ErrUsage)
 	}
-	d.plans, d.ifaces = make(map[string]*dataplane.Plan), ifaces
+	d.src = d.rules.src
 	defer func() {
 		err = errors.Join(err, d.close())
 	}()
 
 	// The API socket first: a second daemon refused there must fail
 	// before it touches any interface.
-	d.prep, d.loopDone, d.confirmCh = newPreparer(), make(chan struct{}), make(chan chan error)
+	d.loopDone, d.confirmCh = make(chan struct{}), make(chan chan error)
 	defer close(d.loopDone)
 	if d.opts.APISocket != "" {
-		srv, err := api.Start(d.opts.APISocket, d, d.log)
+		front := &apiFront{bpffs: d.opts.BPFFS, kernel: d.kernel, record: d.rules.record, feedback: d.feedback,
+			prep: d.rules.prep, src: d.src, fleet: func() *api.FleetStatus { return d.fleet.status() },
+			confirm: d.confirmCh, loopDone: d.loopDone}
+		srv, err := api.Start(d.opts.APISocket, front, d.log)
 		if err != nil {
 			return err
 		}
@@ -164,14 +148,14 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		reader.Host = host
 		// The kernel's per-rule handshakes and response times (measures.go).
 		if s, ok := host.(interface{ SetSources(xsignal.KernelSources) }); ok {
-			km := &kernelMeasures{attached: d.withAttached}
+			km := &kernelMeasures{attached: d.kernel.with}
 			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km})
 		}
-		d.hostCPU = func() (float64, bool) {
+		d.rules.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
 			// reported, whichever is the higher fraction of its threshold.
 			load := xsignal.SystemLoad{CPU: host.CPU, Pressure: host.CPUPressure}
-			if s := d.specs; s != nil && s.System != nil {
+			if s := d.rules.specs; s != nil && s.System != nil {
 				load.CPUHigh, load.PressureHigh = s.System.CPUHigh, s.PressureHigh
 			}
 			return load.Load()
@@ -188,15 +172,15 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		return err
 	}
 	if f != nil {
-		d.fleet = f
+		d.fleet, d.rules.fleet = f, f
 		d.loop.SetCap(f.host)
 	}
 	d.links = d.newLinks(ifaces, start)
-	if err := d.links.attachAll(func(iface string) func(*maps.Tables) error { return d.fill(iface, start.specs) }); err != nil {
+	if err := d.links.attachAll(func(iface string) func(*maps.Tables) error { return d.rules.fill(iface, start.specs) }); err != nil {
 		return err
 	}
 	defer d.hostAddrs.watch(ctx)() // hostaddrs.go: what the program may answer
-	if err := d.applyDocument(start.doc, start); err != nil {
+	if err := d.rules.applyDocument(start.doc, start); err != nil {
 		return err
 	}
 
@@ -205,8 +189,8 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		d.metrics = m
-		m.startReverts(d.startReverts)
+		d.metrics, d.rules.metrics = m, m
+		m.startReverts(d.rules.startReverts)
 		m.collector.SetQueues(d.queues.stats)
 		m.collector.SetFleet(d.fleet.metrics)
 	}
@@ -231,15 +215,12 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	defer recheck.Stop()
 	prepCtx, stopPrep := context.WithCancel(ctx)
 	defer stopPrep()
-	go d.prep.run(prepCtx, d.prepareDoc)
+	go d.rules.prep.run(prepCtx, d.rules.prepareDoc)
 	// One goroutine owns the loop: ticks and reloads never interleave, and a
 	// stuck tick stops the watchdog pings.
 	tick := time.NewTicker(d.loop.Period())
 	defer tick.Stop()
-	var stall <-chan time.Time
-	if d.opts.stallAfter > 0 {
-		stall = time.After(d.opts.stallAfter)
-	}
+	stall := d.opts.faults.stall() // nil but in the test build (faults.go)
 	for {
 		select {
 		case <-ctx.Done():
@@ -247,7 +228,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			d.log.Info("stopping; protection stays attached", "detach_on_exit", d.opts.DetachOnExit)
 			return nil
 		case <-hup:
-			d.onHUP()
+			d.rules.onHUP()
 		case c := <-changes:
 			switch {
 			case !c.Exists:
@@ -256,25 +237,24 @@ func (d *daemon) run(ctx context.Context) (err error) {
 				d.log.Error("cannot read the changed rules file; the running rules stay in force", "err", c.Err)
 			default:
 				d.log.Info("the rules file changed; reloading", "file", c.Path)
-				d.reloadFile(FromWatch)
+				d.rules.reloadFile(FromWatch)
 			}
-		case r := <-d.prep.out:
-			d.finish(r)
+		case r := <-d.rules.prep.out:
+			d.rules.finish(r)
 		case doc := <-d.src.updates():
-			d.applySource(doc)
+			d.rules.applySource(doc)
 		case <-tick.C:
 			d.afterTick(d.loop.Tick())
 		case done := <-d.confirmCh:
-			done <- d.confirm()
-		case <-d.confirmC():
-			d.revert()
+			done <- d.rules.confirm()
+		case <-d.rules.confirmC():
+			d.rules.revert()
 		case ev := <-links:
 			d.links.onEvent(ev)
 		case <-recheck.C:
 			d.links.check()
 		case <-stall:
-			d.log.Warn("test fault injection: the control loop hangs now")
-			<-ctx.Done()
+			d.opts.faults.hang(ctx, d.log)
 		}
 	}
 }
@@ -288,15 +268,11 @@ func (d *daemon) newLinks(ifaces []string, start *prepared) *links {
 	}
 	return &links{
 		log: d.log, ifaces: ifaces,
-		opts: loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources},
-		attachments: func(f func(list *[]*loader.Attachment)) {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			f(&d.attach)
-		},
-		fill: func(iface string) func(*maps.Tables) error { return d.fill(iface, d.specs) },
+		opts:        loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources},
+		attachments: d.kernel.edit,
+		fill:        func(iface string) func(*maps.Tables) error { return d.rules.fill(iface, d.rules.specs) },
 		back: func(iface string) {
-			if err := d.apply(&prepared{specs: d.specs}); err != nil {
+			if err := d.rules.apply(&prepared{specs: d.rules.specs}); err != nil {
 				d.log.Error("after attaching again: the rules in force could not be committed again (the kernel has them; queues and steering may lag)", "iface", iface, "err", err)
 			}
 		},
@@ -316,7 +292,7 @@ func (d *daemon) afterTick(rep control.TickReport) {
 		d.log.Debug("control tick", "rule", r.Name, "rate", r.Rate, "burst", r.Burst, "state", r.State, "latency", r.Latency, "stale", r.Stale,
 			"demand", r.Demand, "in_flight_cap", r.InFlightCap)
 	}
-	d.queues.rates(d.ifaceNames(), rep)
+	d.queues.rates(d.kernel.names(), rep)
 	d.dog.ping(rep.Start)
 }
 
@@ -333,31 +309,6 @@ func (d *daemon) logBreakers(rep control.TickReport) {
 	}
 }
 
-// loopSignals hands the control loop the signal readers' view of each
-// steered rule.
-type loopSignals struct {
-	reader   *xsignal.Reader
-	outcomes *xsignal.OutcomeReader
-	rules    map[string]*xsignal.Rule // of the specs in force; the loop goroutine's
-}
-
-func (s *loopSignals) rule(r *control.RuleSpec) *xsignal.Rule {
-	if sr := s.rules[r.Name]; sr != nil {
-		return sr
-	}
-	return &xsignal.Rule{Name: r.Name, SynOnly: r.SynOnly, Bytes: r.Bytes}
-}
-
-// Sample implements control.Sampler.
-func (s *loopSignals) Sample(r *control.RuleSpec, used float64) control.Signals {
-	return s.reader.Sample(s.rule(r), used)
-}
-
-// Outcomes implements control.OutcomeSource.
-func (s *loopSignals) Outcomes(r *control.RuleSpec, admitted uint64, now time.Time) (control.Outcomes, bool) {
-	return s.outcomes.Outcomes(s.rule(r), admitted, now)
-}
-
 func (d *daemon) close() error {
 	var errs []error
 	if d.api != nil {
@@ -366,8 +317,8 @@ func (d *daemon) close() error {
 	if d.metrics != nil {
 		errs = append(errs, d.metrics.close())
 	}
-	errs = append(errs, d.queues.close(d.ifaceNames()))
-	for _, a := range d.attach {
+	errs = append(errs, d.queues.close(d.kernel.names()))
+	for _, a := range d.kernel.all() {
 		errs = append(errs, a.Close())
 		if d.opts.DetachOnExit {
 			errs = append(errs, loader.Detach(d.opts.BPFFS, a.Iface))
@@ -376,36 +327,16 @@ func (d *daemon) close() error {
 	return errors.Join(errs...)
 }
 
-// ifaceNames are the interfaces the program is attached to, for the parts
-// that act on each (the kernel queues, the XDP_TX warnings). The loop
-// goroutine's, like d.attach.
-func (d *daemon) ifaceNames() []string {
-	names := make([]string, len(d.attach))
-	for i, a := range d.attach {
-		names[i] = a.Iface
-	}
-	return names
-}
-
-// withAttached runs f with the attachments and the plans in force, under
-// d.mu: the parts that read the kernel from other goroutines (the
-// measures, the host's addresses) see them whole.
-func (d *daemon) withAttached(f func(attach []*loader.Attachment, plans map[string]*dataplane.Plan)) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	f(d.attach, d.plans)
-}
-
 // metricTargets are the metrics collector's view of the kernel: every
 // attachment with a plan in force, and its host addresses.
 func (d *daemon) metricTargets() []metrics.Target {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var ts []metrics.Target
-	for _, a := range d.attach {
-		if p := d.plans[a.Iface]; p != nil {
-			ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a)})
+	d.kernel.with(func(attach []*loader.Attachment, plans map[string]*dataplane.Plan) {
+		for _, a := range attach {
+			if p := plans[a.Iface]; p != nil {
+				ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a)})
+			}
 		}
-	}
+	})
 	return ts
 }

@@ -79,3 +79,22 @@ type prepared struct {
 	confirmNS uint64
 	confirmAt time.Time
 }
+
+// pendingConfirm is the wait for a confirmation, on the loop goroutine.
+type pendingConfirm struct {
+	// prev is what the revert applies: the document in force before the
+	// first change of the wait, as it was prepared, and prevPlans as it
+	// was compiled for each interface: what the generation the kernel
+	// returns to holds.
+	prev      *prepared
+	prevPlans map[string]*dataplane.Plan
+	doc       document // what waits for its confirmation
+	deadline  time.Time
+	// deadlineNS is the kernel's deadline (CLOCK_MONOTONIC).
+	deadlineNS uint64
+	timer      *time.Timer
+	// reverting: the deadline has passed and the revert failed; timer is
+	// the next attempt's.
+	reverting bool
+	attempts  int
+}

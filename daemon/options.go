@@ -43,9 +43,9 @@ type Options struct {
 	Notify      func(state string) // systemd's notify socket (sd_notify)
 	HostSignals func() (HostSignals, error)
 
-	stallAfter    time.Duration // fault injection (faults.go): the loop hangs after this
-	beforePrepare func()        // tests (export_test.go): runs where a document is prepared
-	revertFault   func() error  // tests (export_test.go): a revert's attempt fails with its error
+	faults        faults       // fault injection of the test build (faults.go; empty otherwise: nofaults.go)
+	beforePrepare func()       // tests (export_test.go): runs where a document is prepared
+	revertFault   func() error // tests (export_test.go): a revert's attempt fails with its error
 }
 
 // HostSignals reads the host's signals for the control loop: per rule, and

@@ -3,116 +3,38 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/userspace/api"
+	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
-// The documents that arrive while the daemon runs (the rules file changed
-// or SIGHUP, PUT /v1/rules, the rules source) are prepared off the loop
-// goroutine: parsing, validation, translation and a first compilation may
-// take a large document's time, and the loop must keep its ticks and the
-// watchdog's pings meanwhile. The preparer takes them one at a time, in
-// their order of arrival, and hands each prepared document (or its error)
-// to the loop, which commits it through applyDocument: the one path.
-
-// job is a document waiting to be prepared.
-type job struct {
-	doc     document
-	done    chan error    // the API's caller waits for the outcome; nil otherwise
-	confirm time.Duration // FromAPIPending: the deadline of its confirmation
-	// revertAt gets a FromAPIPending job's deadline once applied.
-	revertAt chan time.Time
-}
-
-// prepResult is a job prepared: p, or the error that refused it.
-type prepResult struct {
-	job
-	p   *prepared
-	err error
-}
-
-// preparer is the queue of jobs and the goroutine that works it.
-type preparer struct {
-	mu    sync.Mutex
-	queue []job
-	wake  chan struct{} // one pending wake-up
-	out   chan prepResult
-}
-
-func newPreparer() *preparer {
-	return &preparer{wake: make(chan struct{}, 1), out: make(chan prepResult)}
-}
-
-// submit queues a document; it never blocks (the loop submits too).
-func (q *preparer) submit(j job) {
-	q.mu.Lock()
-	q.queue = append(q.queue, j)
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *preparer) next() (job, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.queue) == 0 {
-		return job{}, false
-	}
-	j := q.queue[0]
-	q.queue = q.queue[1:]
-	return j, true
-}
-
-// run prepares jobs until ctx ends; the jobs left then get no answer but
-// their callers' (the API's) wait ends with the loop.
-func (q *preparer) run(ctx context.Context, prepare func(document) (*prepared, error)) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-q.wake:
-		}
-		for {
-			j, ok := q.next()
-			if !ok {
-				break
-			}
-			p, err := prepare(j.doc)
-			select {
-			case q.out <- prepResult{job: j, p: p, err: err}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
+// The documents that arrive: the one to start with (startupRules), and
+// those that come while the daemon runs (the rules file's changes and
+// SIGHUP, the rules source; the API's through apiFront), prepared off the
+// loop on the preparer's queue (preparer.go) and committed by the loop
+// (finish); and the rules in force written into an interface's maps
+// before the program is attached (fill).
 
 // prepareDoc is prepare plus a first compilation for every interface
 // against the plans in force now, so that the loop's commit has only the
 // maps to write (it compiles again only if a commit came in between).
 // It runs on any goroutine.
-func (d *daemon) prepareDoc(doc document) (*prepared, error) {
-	if d.opts.beforePrepare != nil {
-		d.opts.beforePrepare()
+func (pl *pipeline) prepareDoc(doc document) (*prepared, error) {
+	if pl.opts.beforePrepare != nil {
+		pl.opts.beforePrepare()
 	}
-	p, err := d.prepare(doc)
+	p, err := pl.prepare(doc)
 	if err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
-	against := make(map[string]*dataplane.Plan, len(d.attach))
-	for _, a := range d.attach {
-		against[a.Iface] = d.baseLocked(a.Iface)
-	}
-	d.mu.Unlock()
+	against := pl.kernel.basesNow()
 	p.plans = make(map[string]*dataplane.Plan, len(against))
 	for iface, prev := range against {
 		plan, err := compileAgainst(iface, p.specs.Dataplane, prev)
@@ -130,26 +52,26 @@ func (d *daemon) prepareDoc(doc document) (*prepared, error) {
 // of a confirmation (confirm.go) commits on the loop when it fires, ahead
 // of those not committed yet, which then replace it as any later document
 // does.
-func (d *daemon) finish(r prepResult) {
+func (pl *pipeline) finish(r prepResult) {
 	var err error
 	if r.err != nil {
-		d.rejected(r.doc, r.err)
+		pl.rejected(r.doc, r.err)
 		err = r.err
 	} else if r.p == nil {
 		// The rules source's document in force already (applySource).
-		err = d.applyDocument(r.doc, nil)
+		err = pl.applyDocument(r.doc, nil)
 	} else {
-		was, wasPlans := d.inForcePrep, d.plansInForce()
-		d.beforeCommit(&r)
-		if err = d.applyDocument(r.doc, r.p); err == nil {
-			d.afterCommit(r.p, was, wasPlans)
+		was, wasPlans := pl.inForcePrep, pl.kernel.inForce()
+		pl.beforeCommit(&r)
+		if err = pl.applyDocument(r.doc, r.p); err == nil {
+			pl.afterCommit(r.p, was, wasPlans)
 			if r.revertAt != nil {
 				r.revertAt <- r.p.confirmAt
 			}
-		} else if d.pending != nil {
-			d.capNS = d.pending.deadlineNS
+		} else if pl.pending != nil {
+			pl.capNS = pl.pending.deadlineNS
 		} else {
-			d.capNS = 0
+			pl.capNS = 0
 		}
 	}
 	if r.done != nil {
@@ -157,62 +79,16 @@ func (d *daemon) finish(r prepResult) {
 	}
 }
 
-// plansInForce is a copy of the plans in force, by interface.
-func (d *daemon) plansInForce() map[string]*dataplane.Plan {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[string]*dataplane.Plan, len(d.plans))
-	for k, v := range d.plans {
-		out[k] = v
-	}
-	return out
-}
-
-// untilDone runs f on its own goroutine and returns its result, or
-// ctx's error as soon as ctx ends (f is then left to finish alone).
-func untilDone[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("stopped: %w", context.Cause(ctx))
-	}
-}
-
-// compileAgainst compiles spec for iface against prev, the plan in force
-// there whose slots, buckets and counters the new one carries over (nil:
-// none): the one place a plan is made, whether for a document being
-// prepared (prepare), committed (rules.go: when the base moved since it
-// was prepared) or written into an interface's maps at (re-)attach
-// (links.go: against what its pins hold).
-func compileAgainst(iface string, spec *dataplane.Spec, prev *dataplane.Plan) (*dataplane.Plan, error) {
-	plan, err := dataplane.Compile(spec, prev)
-	if err != nil {
-		return nil, fmt.Errorf("compile for %s: %w", iface, err)
-	}
-	return plan, nil
-}
-
 // fill writes s's rules into an interface's maps before the program is
 // attached (loader.Options.Fill, at start and on a re-attach: links.go),
 // compiled against what the maps already hold so that every rule keeps its
 // slot, bucket and counters.
-func (d *daemon) fill(iface string, s *Specs) func(t *maps.Tables) error {
+func (pl *pipeline) fill(iface string, s *Specs) func(t *maps.Tables) error {
 	return func(t *maps.Tables) error {
 		if s == nil {
 			return errors.New("no rules to write")
 		}
-		d.settlePending(iface, t) // confirm.go
+		pl.settlePending(iface, t) // confirm.go
 		var prev *dataplane.Plan
 		if p, err := t.ReadPlan(); err == nil && len(p.ActiveSlots()) > 0 {
 			prev = p
@@ -224,9 +100,92 @@ func (d *daemon) fill(iface string, s *Specs) func(t *maps.Tables) error {
 		if err := t.Apply(plan); err != nil {
 			return err
 		}
-		d.mu.Lock()
-		d.plans[iface] = plan
-		d.mu.Unlock()
+		pl.kernel.setPlan(iface, plan)
 		return nil
 	}
+}
+
+// reloadFile re-reads the rules file (a change or SIGHUP) and hands it to
+// the preparer.
+func (pl *pipeline) reloadFile(origin Origin) {
+	doc := document{origin: origin, name: pl.opts.Config, label: pl.opts.Config}
+	data, err := config.ReadFile(pl.opts.Config)
+	if err != nil {
+		pl.rejected(doc, err)
+		return
+	}
+	doc.text = data
+	pl.prep.submit(job{doc: doc})
+}
+
+// onHUP re-reads the rules: the file, or the store at once.
+func (pl *pipeline) onHUP() {
+	if pl.src.refresh() {
+		pl.log.Info("SIGHUP: reading the rules source now")
+		return
+	}
+	pl.reloadFile(FromSIGHUP)
+}
+
+// applySource hands a document from the store to the preparer.
+func (pl *pipeline) applySource(doc rulesource.Document) {
+	if cur, _ := pl.record.get(); bytes.Equal(cur, doc.Text) {
+		// The document in force: applyDocument records it as the
+		// source's without preparing it again.
+		pl.finish(prepResult{job: job{doc: pl.src.document(doc)}})
+		return
+	}
+	pl.prep.submit(job{doc: pl.src.document(doc)})
+}
+
+// startupRules returns the document to start with. Without a rules source:
+// the rules put through the API when newer than the rules file, else the
+// rules file, else the last good rules (a restart must never leave the
+// host with fewer rules than it had). With one: the store's document, else
+// the local snapshot, else the --config file.
+func (pl *pipeline) startupRules(ctx context.Context) (*prepared, error) {
+	if pl.opts.RulesSource != "" {
+		src, err := openRuleSource(pl.opts.RulesSource, pl.opts.RulesSourcePasswordFile, pl.opts.StateDir, pl.log) // rulesource.go
+		if err != nil {
+			return nil, err
+		}
+		pl.src = src
+		var bootstrap func() (*prepared, error)
+		if pl.opts.Config != "" {
+			bootstrap = func() (*prepared, error) { return pl.prepareFile(FromBootstrap) }
+		}
+		return src.startup(ctx, pl.prepare, pl.lastGoodPath(), bootstrap)
+	}
+	if text, saved, err := api.SavedRules(pl.opts.StateDir, pl.opts.Config); err != nil {
+		pl.log.Warn("cannot read the rules put through the API", "err", err)
+	} else if text != nil {
+		if p, err := pl.prepare(document{origin: FromAPIState, name: "api", label: "api", text: text}); err == nil {
+			pl.log.Warn("RUNNING THE RULES PUT THROUGH THE API, newer than the rules file", "saved", saved, "file", pl.opts.Config)
+			return p, nil
+		}
+	}
+	p, err := pl.prepareFile(FromFile)
+	if err == nil {
+		return p, nil
+	}
+	pl.log.Error("rules file unusable; trying the last good rules", "file", pl.opts.Config, "err", err)
+	last, lerr := config.ReadFile(pl.lastGoodPath())
+	if lerr != nil {
+		return nil, fmt.Errorf("load rules: %w (and no last good rules: %v)", err, lerr)
+	}
+	p, lerr = pl.prepare(document{origin: FromLastGood, name: pl.lastGoodPath(), label: pl.lastGoodPath(), text: last})
+	if lerr != nil {
+		return nil, fmt.Errorf("load rules: %w (and the last good rules are invalid: %v)", err, lerr)
+	}
+	pl.log.Warn("RUNNING THE LAST GOOD RULES, NOT THE RULES FILE", "file", pl.lastGoodPath())
+	return p, nil
+}
+
+// prepareFile reads and prepares the --config file.
+func (pl *pipeline) prepareFile(origin Origin) (*prepared, error) {
+	data, err := config.ReadFile(pl.opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return pl.prepare(document{origin: origin, name: pl.opts.Config, label: pl.opts.Config, text: data})
 }

@@ -22,19 +22,78 @@ import (
 )
 
 func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: arrows DIR [-v|-s]")
+		os.Exit(2)
+	}
 	dir := os.Args[1]
-	fset := token.NewFileSet()
-	bp, err := build.Default.ImportDir(dir, 0) // the files this build compiles
+	r, err := analyze(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "arrows:", err)
 		os.Exit(1)
+	}
+	if len(os.Args) > 2 && (os.Args[2] == "-v" || os.Args[2] == "-s") {
+		fmt.Println(strings.Join(r.lines(os.Args[2] == "-s"), "\n"))
+	}
+	fmt.Printf("%s: %d files, %d arrows, %d on cycles, largest cycle %d files\n", dir, r.files, len(r.edges), r.onCycles(), r.largest)
+}
+
+// report is one package's arrows among its files.
+type report struct {
+	files   int
+	edges   map[[2]string]map[string]bool // arrow -> the names it is made of
+	comp    map[string]int                // file -> its strongly connected component
+	largest int                           // files in the largest component
+}
+
+// cyclic reports whether arrow e lies on a cycle.
+func (r *report) cyclic(e [2]string) bool { return r.comp[e[0]] == r.comp[e[1]] }
+
+// onCycles counts the arrows on a cycle.
+func (r *report) onCycles() int {
+	n := 0
+	for e := range r.edges {
+		if r.cyclic(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// lines lists the arrows, sorted, those on a cycle marked and, with
+// names, followed by what they use.
+func (r *report) lines(names bool) []string {
+	var lines []string
+	for e, uses := range r.edges {
+		in := r.cyclic(e)
+		line := fmt.Sprintf("%s -> %s%s", e[0], e[1], map[bool]string{true: "  (cycle)"}[in])
+		if in && names {
+			var ns []string
+			for n := range uses {
+				ns = append(ns, n)
+			}
+			sort.Strings(ns)
+			line += ": " + strings.Join(ns, " ")
+		}
+		lines = append(lines, line)
+	}
+	sort.Strings(lines)
+	return lines
+}
+
+// analyze reads the non-test files of the package in dir that the default
+// build compiles and finds the arrows among them.
+func analyze(dir string) (*report, error) {
+	fset := token.NewFileSet()
+	bp, err := build.Default.ImportDir(dir, 0) // the files this build compiles
+	if err != nil {
+		return nil, err
 	}
 	var files []*ast.File
 	for _, name := range bp.GoFiles {
 		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "arrows:", err)
-			os.Exit(1)
+			return nil, err
 		}
 		files = append(files, f)
 	}
@@ -42,7 +101,6 @@ func main() {
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
 	pkg, _ := conf.Check("p", fset, files, info)
 	name := func(p token.Pos) string { return filepath.Base(fset.Position(p).Filename) }
-	edges := map[[2]string]bool{}
 	uses := map[[2]string]map[string]bool{} // the names each arrow is made of
 	nodes := map[string]bool{}
 	for _, f := range files {
@@ -66,7 +124,6 @@ func main() {
 		a, b := name(id.Pos()), name(obj.Pos())
 		if a != b && nodes[b] {
 			e := [2]string{a, b}
-			edges[e] = true
 			if uses[e] == nil {
 				uses[e] = map[string]bool{}
 			}
@@ -75,7 +132,7 @@ func main() {
 	}
 	// Tarjan SCC
 	adj := map[string][]string{}
-	for e := range edges {
+	for e := range uses {
 		adj[e[0]] = append(adj[e[0]], e[1])
 	}
 	idx, low, on := map[string]int{}, map[string]int{}, map[string]bool{}
@@ -119,35 +176,11 @@ func main() {
 			visit(v)
 		}
 	}
-	cyc := 0
+	big := 0
 	size := map[int]int{}
 	for _, v := range ns {
 		size[comp[v]]++
+		big = max(big, size[comp[v]])
 	}
-	var lines []string
-	for e := range edges {
-		in := comp[e[0]] == comp[e[1]]
-		if in {
-			cyc++
-		}
-		line := fmt.Sprintf("%s -> %s%s", e[0], e[1], map[bool]string{true: "  (cycle)"}[in])
-		if in && len(os.Args) > 2 && os.Args[2] == "-s" {
-			var names []string
-			for n := range uses[e] {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			line += ": " + strings.Join(names, " ")
-		}
-		lines = append(lines, line)
-	}
-	sort.Strings(lines)
-	if len(os.Args) > 2 && (os.Args[2] == "-v" || os.Args[2] == "-s") {
-		fmt.Println(strings.Join(lines, "\n"))
-	}
-	big := 0
-	for _, s := range size {
-		big = max(big, s)
-	}
-	fmt.Printf("%s: %d files, %d arrows, %d on cycles, largest cycle %d files\n", dir, len(ns), len(edges), cyc, big)
+	return &report{files: len(ns), edges: uses, comp: comp, largest: big}, nil
 }

@@ -1,0 +1,5 @@
+package cycle
+
+func B() int { return c }
+
+func C() int { return A() }

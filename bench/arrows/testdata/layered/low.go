@@ -1,0 +1,3 @@
+package layered
+
+func low() int { return 1 }

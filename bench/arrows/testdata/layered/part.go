@@ -1,0 +1,5 @@
+package layered
+
+type part struct{ n int }
+
+func (p part) get() int { return p.n + low() }
