@@ -54,11 +54,13 @@ func (a *Attachment) Reattach(mode Mode) error {
 	}
 	a.link, a.Ifindex, a.Adopted = l, index, false
 	a.Mode = currentMode(index)
+	// Keyed on the loaded program, not on its link: a relink that failed
+	// left the link nil and the program loaded, and is tried again here.
 	var errs []error
-	if a.cookieLink != nil {
+	if a.cookieProg != nil {
 		errs = append(errs, a.relinkCookies())
 	}
-	if a.respTime != nil {
+	if a.respProg != nil {
 		errs = append(errs, a.relinkRespTime())
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -3,6 +3,8 @@
 package loader
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -83,6 +85,113 @@ func TestReattachTCPrograms(t *testing.T) {
 	}
 	if now := respID(); now != oldResp {
 		t.Errorf("the response timer was loaded again: program %d → %d, want the loaded one attached again", oldResp, now)
+	}
+	if st, err := Inspect(bpffs, l.ServerIf); err != nil || !st.Attached || st.Ifindex != newIndex {
+		t.Errorf("XDP after reattach: %+v, %v", st, err)
+	}
+}
+
+// TestReattachRetriesFailedRelink: when linking a TC program to the new
+// interface fails, the program stays loaded and the next Reattach (the
+// interface came back once more) links it again, the same program. The
+// failure is made by a directory where the TCX links are pinned: tcxLink
+// cannot load the pin, as with any pin it cannot read.
+func TestReattachRetriesFailedRelink(t *testing.T) {
+	l, bpffs := setup(t)
+	a, err := attachIn(t, l, bpffs, ModeAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.CookieErr != nil || a.RespTimeErr != nil {
+		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
+	}
+	progID := func(l link.Link) ebpf.ProgramID {
+		if l == nil {
+			return 0
+		}
+		info, err := l.Info()
+		if err != nil {
+			t.Fatalf("link info: %v", err)
+		}
+		return info.Program
+	}
+	cookieLink := func() link.Link { return a.cookieLink }
+	respLink := func() link.Link { return a.respTime }
+	oldCookie, oldResp := progID(cookieLink()), progID(respLink())
+	if oldCookie == 0 || oldResp == 0 {
+		t.Fatalf("the attachment holds no loaded TC program (cookie check %d, response timer %d)", oldCookie, oldResp)
+	}
+	// recreate deletes the server's interface, creates it again under its
+	// name and re-attaches a to it.
+	recreate := func() (int, error) {
+		var index int
+		err := l.Server.Do(func() error {
+			nl, err := netlink.LinkByName(l.ServerIf)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkDel(nl); err != nil {
+				return err
+			}
+			v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.ServerIf}, PeerName: l.ServerIf + "p"}
+			if err := netlink.LinkAdd(v); err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(v); err != nil {
+				return err
+			}
+			nl, err = netlink.LinkByName(l.ServerIf)
+			if err != nil {
+				return err
+			}
+			index = nl.Attrs().Index
+			return a.Reattach(ModeGeneric)
+		})
+		return index, err
+	}
+
+	pins := []string{filepath.Join(a.Dir, "cookie_link"), filepath.Join(a.Dir, "resptime_link")}
+	for _, pin := range pins {
+		if err := os.Remove(pin); err != nil {
+			t.Fatalf("unpin %s: %v", pin, err)
+		}
+		if err := os.Mkdir(pin, 0o700); err != nil {
+			t.Fatalf("block %s: %v", pin, err)
+		}
+	}
+	if _, err := recreate(); err == nil {
+		t.Fatal("reattach linked the TC programs through unreadable pins")
+	} else {
+		t.Logf("first reattach, as meant: %v", err)
+	}
+	for _, pin := range pins {
+		if err := os.Remove(pin); err != nil {
+			t.Fatalf("unblock %s: %v", pin, err)
+		}
+	}
+	newIndex, err := recreate()
+	if err != nil {
+		t.Fatalf("second reattach: %v", err)
+	}
+	if a.Ifindex != newIndex {
+		t.Fatalf("attachment on %d, interface %d", a.Ifindex, newIndex)
+	}
+	for name, l := range map[string]link.Link{"cookie check": cookieLink(), "response timer": respLink()} {
+		if l == nil || !sameTCX(l, newIndex) {
+			t.Errorf("the %s is not attached to the new interface %d after a failed relink", name, newIndex)
+		}
+	}
+	if now := progID(cookieLink()); now != oldCookie {
+		t.Errorf("cookie check: program %d → %d, want the loaded one attached again", oldCookie, now)
+	}
+	if now := progID(respLink()); now != oldResp {
+		t.Errorf("response timer: program %d → %d, want the loaded one attached again", oldResp, now)
+	}
+	for _, pin := range pins {
+		if _, err := os.Stat(pin); err != nil {
+			t.Errorf("link pin %s: %v", pin, err)
+		}
 	}
 	if st, err := Inspect(bpffs, l.ServerIf); err != nil || !st.Attached || st.Ifindex != newIndex {
 		t.Errorf("XDP after reattach: %+v, %v", st, err)
