@@ -57,11 +57,10 @@ func (a *Attachment) Reattach(mode Mode) error {
 	// Keyed on the loaded program, not on its link: a relink that failed
 	// left the link nil and the program loaded, and is tried again here.
 	var errs []error
-	if a.cookieProg != nil {
-		errs = append(errs, a.relinkCookies())
-	}
-	if a.respProg != nil {
-		errs = append(errs, a.relinkRespTime())
+	for _, t := range []*tcxProgram{a.cookies, a.respTime} {
+		if t.loaded() {
+			errs = append(errs, t.relink(index))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("reattach the TC programs to %s: %w", a.Iface, err)

@@ -40,8 +40,8 @@ func TestReattachTCPrograms(t *testing.T) {
 		}
 		return info.Program
 	}
-	cookieID := func() ebpf.ProgramID { return progID(a.cookieLink) }
-	respID := func() ebpf.ProgramID { return progID(a.respTime) }
+	cookieID := func() ebpf.ProgramID { return progID(a.cookies.link) }
+	respID := func() ebpf.ProgramID { return progID(a.respTime.link) }
 	oldCookie, oldResp := cookieID(), respID()
 	if oldCookie == 0 || oldResp == 0 {
 		t.Fatalf("the attachment holds no loaded TC program (cookie check %d, response timer %d)", oldCookie, oldResp)
@@ -75,7 +75,7 @@ func TestReattachTCPrograms(t *testing.T) {
 	if newIndex == oldIndex || a.Ifindex != newIndex {
 		t.Fatalf("index %d → %d, attachment on %d", oldIndex, newIndex, a.Ifindex)
 	}
-	for name, l := range map[string]link.Link{"cookie check": a.cookieLink, "response timer": a.respTime} {
+	for name, l := range map[string]link.Link{"cookie check": a.cookies.link, "response timer": a.respTime.link} {
 		if l == nil || !sameTCX(l, newIndex) {
 			t.Errorf("the %s is not attached to the new interface %d", name, newIndex)
 		}
@@ -116,8 +116,8 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 		}
 		return info.Program
 	}
-	cookieLink := func() link.Link { return a.cookieLink }
-	respLink := func() link.Link { return a.respTime }
+	cookieLink := func() link.Link { return a.cookies.link }
+	respLink := func() link.Link { return a.respTime.link }
 	oldCookie, oldResp := progID(cookieLink()), progID(respLink())
 	if oldCookie == 0 || oldResp == 0 {
 		t.Fatalf("the attachment holds no loaded TC program (cookie check %d, response timer %d)", oldCookie, oldResp)
