@@ -9,7 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
+
+	"github.com/xlimit/xlimit/tests/kit/lab"
 )
 
 // TestReattachTCPrograms: an interface deleted and created again under its
@@ -29,46 +30,13 @@ func TestReattachTCPrograms(t *testing.T) {
 		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
 	}
 	oldIndex := a.Ifindex
-	// The programs' IDs, as the TCX links attach them.
-	progID := func(l link.Link) ebpf.ProgramID {
-		if l == nil {
-			return 0
-		}
-		info, err := l.Info()
-		if err != nil {
-			t.Fatalf("link info: %v", err)
-		}
-		return info.Program
-	}
-	cookieID := func() ebpf.ProgramID { return progID(a.cookies.link) }
-	respID := func() ebpf.ProgramID { return progID(a.respTime.link) }
+	cookieID := func() ebpf.ProgramID { return linkProgID(t, a.cookies.link) }
+	respID := func() ebpf.ProgramID { return linkProgID(t, a.respTime.link) }
 	oldCookie, oldResp := cookieID(), respID()
 	if oldCookie == 0 || oldResp == 0 {
 		t.Fatalf("the attachment holds no loaded TC program (cookie check %d, response timer %d)", oldCookie, oldResp)
 	}
-	var newIndex int
-	err = l.Server.Do(func() error {
-		nl, err := netlink.LinkByName(l.ServerIf)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkDel(nl); err != nil {
-			return err
-		}
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.ServerIf}, PeerName: l.ServerIf + "p"}
-		if err := netlink.LinkAdd(v); err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(v); err != nil {
-			return err
-		}
-		nl, err = netlink.LinkByName(l.ServerIf)
-		if err != nil {
-			return err
-		}
-		newIndex = nl.Attrs().Index
-		return a.Reattach(ModeGeneric)
-	})
+	newIndex, err := recreateAndReattach(l, a)
 	if err != nil {
 		t.Fatalf("reattach: %v", err)
 	}
@@ -106,52 +74,13 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 	if a.CookieErr != nil || a.RespTimeErr != nil {
 		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
 	}
-	progID := func(l link.Link) ebpf.ProgramID {
-		if l == nil {
-			return 0
-		}
-		info, err := l.Info()
-		if err != nil {
-			t.Fatalf("link info: %v", err)
-		}
-		return info.Program
-	}
 	cookieLink := func() link.Link { return a.cookies.link }
 	respLink := func() link.Link { return a.respTime.link }
-	oldCookie, oldResp := progID(cookieLink()), progID(respLink())
+	oldCookie, oldResp := linkProgID(t, cookieLink()), linkProgID(t, respLink())
 	if oldCookie == 0 || oldResp == 0 {
 		t.Fatalf("the attachment holds no loaded TC program (cookie check %d, response timer %d)", oldCookie, oldResp)
 	}
-	// recreate deletes the server's interface, creates it again under its
-	// name and re-attaches a to it.
-	recreate := func() (int, error) {
-		var index int
-		err := l.Server.Do(func() error {
-			nl, err := netlink.LinkByName(l.ServerIf)
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkDel(nl); err != nil {
-				return err
-			}
-			v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.ServerIf}, PeerName: l.ServerIf + "p"}
-			if err := netlink.LinkAdd(v); err != nil {
-				return err
-			}
-			if err := netlink.LinkSetUp(v); err != nil {
-				return err
-			}
-			nl, err = netlink.LinkByName(l.ServerIf)
-			if err != nil {
-				return err
-			}
-			index = nl.Attrs().Index
-			return a.Reattach(ModeGeneric)
-		})
-		return index, err
-	}
-
-	pins := []string{filepath.Join(a.Dir, "cookie_link"), filepath.Join(a.Dir, "resptime_link")}
+	pins := []string{filepath.Join(a.Dir, cookiePin), filepath.Join(a.Dir, respTimePin)}
 	for _, pin := range pins {
 		if err := os.Remove(pin); err != nil {
 			t.Fatalf("unpin %s: %v", pin, err)
@@ -160,7 +89,7 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 			t.Fatalf("block %s: %v", pin, err)
 		}
 	}
-	if _, err := recreate(); err == nil {
+	if _, err := recreateAndReattach(l, a); err == nil {
 		t.Fatal("reattach linked the TC programs through unreadable pins")
 	} else {
 		t.Logf("first reattach, as meant: %v", err)
@@ -170,7 +99,7 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 			t.Fatalf("unblock %s: %v", pin, err)
 		}
 	}
-	newIndex, err := recreate()
+	newIndex, err := recreateAndReattach(l, a)
 	if err != nil {
 		t.Fatalf("second reattach: %v", err)
 	}
@@ -182,10 +111,10 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 			t.Errorf("the %s is not attached to the new interface %d after a failed relink", name, newIndex)
 		}
 	}
-	if now := progID(cookieLink()); now != oldCookie {
+	if now := linkProgID(t, cookieLink()); now != oldCookie {
 		t.Errorf("cookie check: program %d → %d, want the loaded one attached again", oldCookie, now)
 	}
-	if now := progID(respLink()); now != oldResp {
+	if now := linkProgID(t, respLink()); now != oldResp {
 		t.Errorf("response timer: program %d → %d, want the loaded one attached again", oldResp, now)
 	}
 	for _, pin := range pins {
@@ -196,4 +125,32 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 	if st, err := Inspect(bpffs, l.ServerIf); err != nil || !st.Attached || st.Ifindex != newIndex {
 		t.Errorf("XDP after reattach: %+v, %v", st, err)
 	}
+}
+
+// recreateAndReattach re-creates the server's interface under its name
+// (recreateIf) and re-attaches a to it; it returns the new index.
+func recreateAndReattach(l *lab.Lab, a *Attachment) (int, error) {
+	var index int
+	err := l.Server.Do(func() error {
+		var err error
+		if index, err = recreateIf(l.ServerIf); err != nil {
+			return err
+		}
+		return a.Reattach(ModeGeneric)
+	})
+	return index, err
+}
+
+// linkProgID is the ID of the program that the TCX link l attaches, 0 for
+// no link.
+func linkProgID(t *testing.T, l link.Link) ebpf.ProgramID {
+	t.Helper()
+	if l == nil {
+		return 0
+	}
+	info, err := l.Info()
+	if err != nil {
+		t.Fatalf("link info: %v", err)
+	}
+	return info.Program
 }
