@@ -20,15 +20,7 @@ import (
 // loaded and verified again: for the cookie check that took 1.7 s of the
 // daemon's loop and made tests.TestInterfaceComesBack miss its second.
 func TestReattachTCPrograms(t *testing.T) {
-	l, bpffs := setup(t)
-	a, err := attachIn(t, l, bpffs, ModeAuto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if a.CookieErr != nil || a.RespTimeErr != nil {
-		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
-	}
+	l, bpffs, a := attachWithTC(t)
 	oldIndex := a.Ifindex
 	cookieID := func() ebpf.ProgramID { return linkProgID(t, a.cookies.link) }
 	respID := func() ebpf.ProgramID { return linkProgID(t, a.respTime.link) }
@@ -65,15 +57,7 @@ func TestReattachTCPrograms(t *testing.T) {
 // failure is made by a directory where the TCX links are pinned: tcxLink
 // cannot load the pin, as with any pin it cannot read.
 func TestReattachRetriesFailedRelink(t *testing.T) {
-	l, bpffs := setup(t)
-	a, err := attachIn(t, l, bpffs, ModeAuto)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if a.CookieErr != nil || a.RespTimeErr != nil {
-		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
-	}
+	l, bpffs, a := attachWithTC(t)
 	cookieLink := func() link.Link { return a.cookies.link }
 	respLink := func() link.Link { return a.respTime.link }
 	oldCookie, oldResp := linkProgID(t, cookieLink()), linkProgID(t, respLink())
@@ -125,6 +109,22 @@ func TestReattachRetriesFailedRelink(t *testing.T) {
 	if st, err := Inspect(bpffs, l.ServerIf); err != nil || !st.Attached || st.Ifindex != newIndex {
 		t.Errorf("XDP after reattach: %+v, %v", st, err)
 	}
+}
+
+// attachWithTC attaches in a new lab, and skips the test where the kernel
+// cannot run both TC programs.
+func attachWithTC(t *testing.T) (*lab.Lab, string, *Attachment) {
+	t.Helper()
+	l, bpffs := setup(t)
+	a, err := attachIn(t, l, bpffs, ModeAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() }) // runs before setup's, which closes the lab
+	if a.CookieErr != nil || a.RespTimeErr != nil {
+		t.Skipf("loader: the TC programs are not supported by this kernel (cookies: %v; response time: %v)", a.CookieErr, a.RespTimeErr)
+	}
+	return l, bpffs, a
 }
 
 // recreateAndReattach re-creates the server's interface under its name
