@@ -108,14 +108,12 @@ type Attachment struct {
 	// here (the TC program of their ACK side is not attached; cookie.go).
 	CookieErr error
 
-	cookieProg *maps.CookieProgram
-	cookieLink link.Link
-	objs       *maps.Objects
-	link       link.Link
-	sockOps    link.Link
-	respProg   *maps.RespProgram
-	respTime   link.Link
-	lock       *os.File
+	cookies  *tcxProgram // the SYN cookies' ACK check (cookie.go)
+	respTime *tcxProgram // the response timer (resptime.go)
+	objs     *maps.Objects
+	link     link.Link
+	sockOps  link.Link
+	lock     *os.File
 }
 
 // Attach loads the program for iface, adopting pinned maps, and attaches it
@@ -252,8 +250,9 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if a.ConnCountErr == nil {
 		a.ConnCountErr = a.attachSockOps(a.objs.SockOps(), cgroup)
 	}
-	a.CookieErr = a.attachCookies()
-	a.RespTimeErr = a.attachRespTime()
+	a.cookies, a.respTime = a.cookieCheck(), a.respTimer()
+	a.CookieErr = a.cookies.attach(a.Ifindex)
+	a.RespTimeErr = a.respTime.attach(a.Ifindex)
 	return a, nil
 }
 
@@ -327,8 +326,8 @@ func (a *Attachment) Close() error {
 		errs = append(errs, a.sockOps.Close())
 		a.sockOps = nil
 	}
-	errs = append(errs, a.closeRespTime())
-	errs = append(errs, a.closeCookies())
+	errs = append(errs, a.respTime.close())
+	errs = append(errs, a.cookies.close())
 	if a.objs != nil {
 		errs = append(errs, a.objs.Close())
 		a.objs = nil

@@ -55,6 +55,30 @@ func attachIn(t *testing.T, l *lab.Lab, bpffs string, mode Mode) (*Attachment, e
 	return a, err
 }
 
+// recreateIf deletes the interface name and creates it again under the
+// same name (a new veth pair, up), in the namespace it runs in; it returns
+// the new index.
+func recreateIf(name string) (int, error) {
+	nl, err := netlink.LinkByName(name)
+	if err != nil {
+		return 0, err
+	}
+	if err := netlink.LinkDel(nl); err != nil {
+		return 0, err
+	}
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(v); err != nil {
+		return 0, err
+	}
+	if err := netlink.LinkSetUp(v); err != nil {
+		return 0, err
+	}
+	if nl, err = netlink.LinkByName(name); err != nil {
+		return 0, err
+	}
+	return nl.Attrs().Index, nil
+}
+
 func TestEnsureBPFFSIsIdempotent(t *testing.T) {
 	_, bpffs := setup(t)
 	if err := EnsureBPFFS(bpffs); err != nil {
@@ -162,18 +186,8 @@ func TestAttachReplacesStaleLink(t *testing.T) {
 	// Re-create the server's interface under the same name (a new veth
 	// pair inside the server's namespace).
 	err = l.Server.Do(func() error {
-		nl, err := netlink.LinkByName(l.ServerIf)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkDel(nl); err != nil {
-			return err
-		}
-		d := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: l.ServerIf}, PeerName: l.ServerIf + "p"}
-		if err := netlink.LinkAdd(d); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(d)
+		_, err := recreateIf(l.ServerIf)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -54,12 +54,13 @@ func (a *Attachment) Reattach(mode Mode) error {
 	}
 	a.link, a.Ifindex, a.Adopted = l, index, false
 	a.Mode = currentMode(index)
+	// Keyed on the loaded program, not on its link: a relink that failed
+	// left the link nil and the program loaded, and is tried again here.
 	var errs []error
-	if a.cookieLink != nil {
-		errs = append(errs, a.relinkCookies())
-	}
-	if a.respTime != nil {
-		errs = append(errs, a.relinkRespTime())
+	for _, t := range []*tcxProgram{a.cookies, a.respTime} {
+		if t.loaded() {
+			errs = append(errs, t.relink(index))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("reattach the TC programs to %s: %w", a.Iface, err)

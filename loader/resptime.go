@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
-
-	"github.com/xlimit/xlimit/maps"
 )
 
 // respTimePin is the pin of the TCX link that attaches the response
@@ -21,58 +19,19 @@ const respTimePin = "resptime_link"
 // through a TCX link, which Linux has since 6.6.
 var ErrRespTimeKernel = errors.New("signal response_time needs TCX (BPF links for tc egress, Linux 6.6 or newer), which this kernel lacks")
 
-// attachRespTime loads the response timer over the XDP object's maps and
-// attaches it to the interface's egress through the pinned TCX link
-// (tcxLink: adopted and updated in place after a restart).
-func (a *Attachment) attachRespTime() error {
-	prog, err := a.objs.LoadRespProgram(false)
-	if err != nil {
-		return err
+// respTimer is the response timer, loaded over the XDP object's maps and
+// attached to the interface's egress through a pinned TCX link. A kernel
+// without TCX is told by ErrRespTimeKernel.
+func (a *Attachment) respTimer() *tcxProgram {
+	return &tcxProgram{
+		pin:  filepath.Join(a.Dir, respTimePin),
+		at:   ebpf.AttachTCXEgress,
+		load: func() (tcProgram, error) { return a.objs.LoadRespProgram(false) },
+		attachErr: func(err error) error {
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				return fmt.Errorf("%w (%v)", ErrRespTimeKernel, err)
+			}
+			return fmt.Errorf("attach the response timer to %s egress: %w", a.Iface, err)
+		},
 	}
-	if err := a.linkRespTime(prog); err != nil {
-		prog.Close()
-		return err
-	}
-	return nil
-}
-
-// relinkRespTime attaches the loaded response timer again, to the
-// interface's current index (it was re-created, and its TCX links went
-// with it), as relinkCookies does for the ACK check: the program stays
-// loaded and is not verified again.
-func (a *Attachment) relinkRespTime() error {
-	if a.respTime != nil {
-		_ = a.respTime.Close() // detached with the old interface
-		a.respTime = nil
-	}
-	if a.respProg == nil {
-		return a.attachRespTime()
-	}
-	return a.linkRespTime(a.respProg)
-}
-
-// linkRespTime attaches prog at TC egress; it leaves prog open on failure.
-func (a *Attachment) linkRespTime(prog *maps.RespProgram) error {
-	l, err := tcxLink(filepath.Join(a.Dir, respTimePin), a.Ifindex, prog.Program(), ebpf.AttachTCXEgress)
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		return fmt.Errorf("%w (%v)", ErrRespTimeKernel, err)
-	}
-	if err != nil {
-		return fmt.Errorf("attach the response timer to %s egress: %w", a.Iface, err)
-	}
-	a.respProg, a.respTime = prog, l
-	return nil
-}
-
-func (a *Attachment) closeRespTime() error {
-	var errs []error
-	if a.respTime != nil {
-		errs = append(errs, a.respTime.Close())
-		a.respTime = nil
-	}
-	if a.respProg != nil {
-		errs = append(errs, a.respProg.Close())
-		a.respProg = nil
-	}
-	return errors.Join(errs...)
 }
