@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/xlimit/xlimit/loader/pinstatus"
 	"github.com/xlimit/xlimit/userspace/api"
-	"github.com/xlimit/xlimit/userspace/pinstatus"
 	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 

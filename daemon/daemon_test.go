@@ -20,11 +20,11 @@ import (
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/loader/pinstatus"
 	"github.com/xlimit/xlimit/maps"
 	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 
 // syncBuffer is a log sink safe for the daemon's goroutines.

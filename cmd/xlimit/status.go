@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/loader/pinstatus"
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 
 // The schema of `xlimit status --json` is the API's (GET /v1/status).

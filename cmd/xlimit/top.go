@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/loader/pinstatus"
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/pinstatus"
 )
 
 // ANSI sequences used by top.
