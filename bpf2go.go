@@ -11,6 +11,6 @@
 package xlimit
 
 //go:generate go tool bpf2go -output-dir maps -go-package maps -tags linux -target bpfel -type xl_rule -type xl_limit -type xl_globals -type xl_prefix -type xl_lpm4_key -type xl_lpm6_key -type xl_bucket_state -type xl_counters -type xl_bucket -type xl_cache -type xl_source_key -type xl_source -type xl_src_credit -type xl_src_front_block -type xl_verdict -type xl_reason -type xl_proto -type xl_rule_flag -type xl_global_flag -type xl_prefix_flag -type xl_frag_key -type xl_frag -type xl_host_key -type xl_host_addr -type xl_reset_outcome -type xl_answer -type xl_host_kind -type xl_flow_key -type xl_flow -type xl_resp_hist -type xl_confirm_wait xdp bpf/xlimit.c -- -I bpf/include
-//go:generate go tool bpf2go -output-dir maps -go-package maps -tags linux -target bpfel tc bpf/syncookie_tc.c -- -I bpf/include
+//go:generate go tool bpf2go -output-dir maps -go-package maps -tags linux -target bpfel syncookie bpf/syncookie_tc.c -- -I bpf/include
 //go:generate go tool bpf2go -output-dir maps -go-package maps -tags linux -target bpfel resptime bpf/resptime_tc.c -- -I bpf/include
 //go:generate go tool bpf2go -output-dir bench/gen -go-package gen -tags linux -target bpfel xlgen bench/gen/xlgen.c -- -I bpf/include

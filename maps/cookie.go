@@ -66,7 +66,7 @@ func (o *Objects) LoadCookieProgram(fakeClock bool) (*CookieProgram, error) {
 	if err := CookieSupport(); err != nil {
 		return nil, err
 	}
-	spec, err := loadTc()
+	spec, err := loadSyncookie()
 	if err != nil {
 		return nil, fmt.Errorf("load cookie spec: %w", err)
 	}

@@ -42,7 +42,7 @@ func frameStack(insns asm.Instructions) (depth map[string]int, calls map[string]
 // TestCombinedStack: the deepest chain of calls of every program stays
 // within 6.1's combined stack limit.
 func TestCombinedStack(t *testing.T) {
-	specs := map[string]func() (*ebpf.CollectionSpec, error){"xdp": loadXdp, "tc": loadTc, "resptime": loadResptime}
+	specs := map[string]func() (*ebpf.CollectionSpec, error){"xdp": loadXdp, "syncookie": loadSyncookie, "resptime": loadResptime}
 	for obj, load := range specs {
 		spec, err := load()
 		if err != nil {

@@ -13,14 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type tcXlAnswerCounters struct {
+type syncookieXlAnswerCounters struct {
 	_            structs.HostLayout
 	Cookie       [10]uint64
 	Reset        [10]uint64
 	KernelCookie uint64
 }
 
-type tcXlBucketState struct {
+type syncookieXlBucketState struct {
 	_        structs.HostLayout
 	Tat      uint64
 	Units    uint64
@@ -31,7 +31,7 @@ type tcXlBucketState struct {
 	Pad2     uint64
 }
 
-type tcXlCache struct {
+type syncookieXlCache struct {
 	_       structs.HostLayout
 	Credit  uint64
 	RetryNs uint64
@@ -43,21 +43,21 @@ type tcXlCache struct {
 	Skip    uint32
 }
 
-type tcXlConfirmWait struct {
+type syncookieXlConfirmWait struct {
 	_          structs.HostLayout
 	DeadlineNs uint64
 	Gen        uint32
 	Pad        uint32
 }
 
-type tcXlConns struct {
+type syncookieXlConns struct {
 	_     structs.HostLayout
 	Count int64
 	Epoch uint32
 	Pad   uint32
 }
 
-type tcXlCookieCfg struct {
+type syncookieXlCookieCfg struct {
 	_      structs.HostLayout
 	Budget struct {
 		_    structs.HostLayout
@@ -70,7 +70,7 @@ type tcXlCookieCfg struct {
 	Pad   uint32
 }
 
-type tcXlCookieCounters struct {
+type syncookieXlCookieCounters struct {
 	_            structs.HostLayout
 	Sent         uint64
 	OverBudget   uint64
@@ -82,14 +82,14 @@ type tcXlCookieCounters struct {
 	AssignFailed uint64
 }
 
-type tcXlCookieLink struct {
+type syncookieXlCookieLink struct {
 	_      structs.HostLayout
 	Offset uint32
 	Mss4   uint16
 	Mss6   uint16
 }
 
-type tcXlCookieState struct {
+type syncookieXlCookieState struct {
 	_       structs.HostLayout
 	SynTat  uint64
 	UntilNs uint64
@@ -98,7 +98,7 @@ type tcXlCookieState struct {
 	Pad     uint32
 }
 
-type tcXlCounters struct {
+type syncookieXlCounters struct {
 	_       structs.HostLayout
 	Packets [3]uint64
 	Bytes   [3]uint64
@@ -106,7 +106,7 @@ type tcXlCounters struct {
 	Resets  [6]uint64
 }
 
-type tcXlFlood struct {
+type syncookieXlFlood struct {
 	_      structs.HostLayout
 	Mask   uint64
 	Tick   uint64
@@ -122,14 +122,14 @@ type tcXlFlood struct {
 	}
 }
 
-type tcXlFlow struct {
+type syncookieXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
 	Slot    uint32
 	Pad     uint32
 }
 
-type tcXlFlowKey struct {
+type syncookieXlFlowKey struct {
 	_      structs.HostLayout
 	Saddr  [16]uint8
 	Daddr  [16]uint8
@@ -139,7 +139,7 @@ type tcXlFlowKey struct {
 	Pad    [3]uint8
 }
 
-type tcXlFrag struct {
+type syncookieXlFrag struct {
 	_       structs.HostLayout
 	Rules   uint64
 	Whole   uint64
@@ -149,7 +149,7 @@ type tcXlFrag struct {
 	Pad     uint32
 }
 
-type tcXlFragKey struct {
+type syncookieXlFragKey struct {
 	_      structs.HostLayout
 	Saddr  [16]uint8
 	Daddr  [16]uint8
@@ -159,7 +159,7 @@ type tcXlFragKey struct {
 	Pad    uint16
 }
 
-type tcXlGlobals struct {
+type syncookieXlGlobals struct {
 	_           structs.HostLayout
 	Portless    [4]uint64
 	FragMatch   [4]uint64
@@ -178,20 +178,20 @@ type tcXlGlobals struct {
 	Pad   uint32
 }
 
-type tcXlHostAddr struct {
+type syncookieXlHostAddr struct {
 	_       structs.HostLayout
 	Ifindex uint32
 	Pad     uint32
 }
 
-type tcXlHostKey struct {
+type syncookieXlHostKey struct {
 	_    structs.HostLayout
 	Kind uint32
 	Addr [16]uint8
 	Pad  uint32
 }
 
-type tcXlLimit struct {
+type syncookieXlLimit struct {
 	_      structs.HostLayout
 	Bucket struct {
 		_    structs.HostLayout
@@ -207,28 +207,28 @@ type tcXlLimit struct {
 	Pad        uint32
 }
 
-type tcXlLpm4Key struct {
+type syncookieXlLpm4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Gen       uint32
 	Addr      [4]uint8
 }
 
-type tcXlLpm6Key struct {
+type syncookieXlLpm6Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Gen       uint32
 	Addr      [16]uint8
 }
 
-type tcXlPrefix struct {
+type syncookieXlPrefix struct {
 	_     structs.HostLayout
 	Rules uint64
 	Flags uint32
 	Pad   uint32
 }
 
-type tcXlRespHist struct {
+type syncookieXlRespHist struct {
 	_       structs.HostLayout
 	Stamps  uint64
 	Count   uint64
@@ -236,7 +236,7 @@ type tcXlRespHist struct {
 	Buckets [96]uint64
 }
 
-type tcXlRule struct {
+type syncookieXlRule struct {
 	_        structs.HostLayout
 	Name     [32]int8
 	Flags    uint32
@@ -261,13 +261,13 @@ type tcXlRule struct {
 	SourceUnits uint32
 }
 
-type tcXlSkConn struct {
+type syncookieXlSkConn struct {
 	_     structs.HostLayout
 	Slot  uint32
 	Epoch uint32
 }
 
-type tcXlSource struct {
+type syncookieXlSource struct {
 	_             structs.HostLayout
 	Tat           uint64
 	OverSinceNs   uint64
@@ -277,7 +277,7 @@ type tcXlSource struct {
 	Units         uint32
 }
 
-type tcXlSourceKey struct {
+type syncookieXlSourceKey struct {
 	_         structs.HostLayout
 	Slot      uint32
 	Family    uint8
@@ -286,9 +286,9 @@ type tcXlSourceKey struct {
 	Addr      [16]uint8
 }
 
-type tcXlSrcCredit struct {
+type syncookieXlSrcCredit struct {
 	_      structs.HostLayout
-	Key    tcXlSourceKey
+	Key    syncookieXlSourceKey
 	Credit uint64
 	Mult   uint64
 	Tol    uint64
@@ -296,7 +296,7 @@ type tcXlSrcCredit struct {
 	Pad    uint32
 }
 
-type tcXlSrcFrontBlock struct {
+type syncookieXlSrcFrontBlock struct {
 	_   structs.HostLayout
 	Set [512]struct {
 		_   structs.HostLayout
@@ -312,74 +312,74 @@ type tcXlSrcFrontBlock struct {
 	}
 }
 
-type tcXlSrcScratch struct {
+type syncookieXlSrcScratch struct {
 	_     structs.HostLayout
-	Key   tcXlSourceKey
-	Fresh tcXlSource
+	Key   syncookieXlSourceKey
+	Fresh syncookieXlSource
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcMapXlAnswerStats   = "xl_answer_stats"
-	tcMapXlBuckets       = "xl_buckets"
-	tcMapXlCaches        = "xl_caches"
-	tcMapXlClock         = "xl_clock"
-	tcMapXlConfig        = "xl_config"
-	tcMapXlConfirm       = "xl_confirm"
-	tcMapXlConns         = "xl_conns"
-	tcMapXlCookieCfg     = "xl_cookie_cfg"
-	tcMapXlCookieLink    = "xl_cookie_link"
-	tcMapXlCookieSock    = "xl_cookie_sock"
-	tcMapXlCookieState   = "xl_cookie_state"
-	tcMapXlCookieStats   = "xl_cookie_stats"
-	tcMapXlFlood         = "xl_flood"
-	tcMapXlFrags         = "xl_frags"
-	tcMapXlGen           = "xl_gen"
-	tcMapXlHostAddrs     = "xl_host_addrs"
-	tcMapXlLimits        = "xl_limits"
-	tcMapXlPorts         = "xl_ports"
-	tcMapXlPrefilter     = "xl_prefilter"
-	tcMapXlPrefix4       = "xl_prefix4"
-	tcMapXlPrefix6       = "xl_prefix6"
-	tcMapXlResetBudget   = "xl_reset_budget"
-	tcMapXlRespFlows     = "xl_resp_flows"
-	tcMapXlRespHists     = "xl_resp_hists"
-	tcMapXlRules         = "xl_rules"
-	tcMapXlServed        = "xl_served"
-	tcMapXlSkConns       = "xl_sk_conns"
-	tcMapXlSources       = "xl_sources"
-	tcMapXlSrcCredits    = "xl_src_credits"
-	tcMapXlSrcFront      = "xl_src_front"
-	tcMapXlSrcScratch    = "xl_src_scratch"
-	tcMapXlStats         = "xl_stats"
-	tcProgXlimitTcCookie = "xlimit_tc_cookie"
-	tcVarXlCfgFakeClock  = "xl_cfg_fake_clock"
+	syncookieMapXlAnswerStats   = "xl_answer_stats"
+	syncookieMapXlBuckets       = "xl_buckets"
+	syncookieMapXlCaches        = "xl_caches"
+	syncookieMapXlClock         = "xl_clock"
+	syncookieMapXlConfig        = "xl_config"
+	syncookieMapXlConfirm       = "xl_confirm"
+	syncookieMapXlConns         = "xl_conns"
+	syncookieMapXlCookieCfg     = "xl_cookie_cfg"
+	syncookieMapXlCookieLink    = "xl_cookie_link"
+	syncookieMapXlCookieSock    = "xl_cookie_sock"
+	syncookieMapXlCookieState   = "xl_cookie_state"
+	syncookieMapXlCookieStats   = "xl_cookie_stats"
+	syncookieMapXlFlood         = "xl_flood"
+	syncookieMapXlFrags         = "xl_frags"
+	syncookieMapXlGen           = "xl_gen"
+	syncookieMapXlHostAddrs     = "xl_host_addrs"
+	syncookieMapXlLimits        = "xl_limits"
+	syncookieMapXlPorts         = "xl_ports"
+	syncookieMapXlPrefilter     = "xl_prefilter"
+	syncookieMapXlPrefix4       = "xl_prefix4"
+	syncookieMapXlPrefix6       = "xl_prefix6"
+	syncookieMapXlResetBudget   = "xl_reset_budget"
+	syncookieMapXlRespFlows     = "xl_resp_flows"
+	syncookieMapXlRespHists     = "xl_resp_hists"
+	syncookieMapXlRules         = "xl_rules"
+	syncookieMapXlServed        = "xl_served"
+	syncookieMapXlSkConns       = "xl_sk_conns"
+	syncookieMapXlSources       = "xl_sources"
+	syncookieMapXlSrcCredits    = "xl_src_credits"
+	syncookieMapXlSrcFront      = "xl_src_front"
+	syncookieMapXlSrcScratch    = "xl_src_scratch"
+	syncookieMapXlStats         = "xl_stats"
+	syncookieProgXlimitTcCookie = "xlimit_tc_cookie"
+	syncookieVarXlCfgFakeClock  = "xl_cfg_fake_clock"
 )
 
-// loadTc returns the embedded CollectionSpec for tc.
-func loadTc() (*ebpf.CollectionSpec, error) {
-	reader := bytes.NewReader(_TcBytes)
+// loadSyncookie returns the embedded CollectionSpec for syncookie.
+func loadSyncookie() (*ebpf.CollectionSpec, error) {
+	reader := bytes.NewReader(_SyncookieBytes)
 	spec, err := ebpf.LoadCollectionSpecFromReader(reader)
 	if err != nil {
-		return nil, fmt.Errorf("can't load tc: %w", err)
+		return nil, fmt.Errorf("can't load syncookie: %w", err)
 	}
 
 	return spec, err
 }
 
-// loadTcObjects loads tc and converts it into a struct.
+// loadSyncookieObjects loads syncookie and converts it into a struct.
 //
 // The following types are suitable as obj argument:
 //
-//	*tcObjects
-//	*tcPrograms
-//	*tcMaps
+//	*syncookieObjects
+//	*syncookiePrograms
+//	*syncookieMaps
 //
 // See ebpf.CollectionSpec.LoadAndAssign documentation for details.
-func loadTcObjects(obj any, opts *ebpf.CollectionOptions) error {
-	spec, err := loadTc()
+func loadSyncookieObjects(obj any, opts *ebpf.CollectionOptions) error {
+	spec, err := loadSyncookie()
 	if err != nil {
 		return err
 	}
@@ -387,26 +387,26 @@ func loadTcObjects(obj any, opts *ebpf.CollectionOptions) error {
 	return spec.LoadAndAssign(obj, opts)
 }
 
-// tcSpecs contains maps and programs before they are loaded into the kernel.
+// syncookieSpecs contains maps and programs before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type tcSpecs struct {
-	tcProgramSpecs
-	tcMapSpecs
-	tcVariableSpecs
+type syncookieSpecs struct {
+	syncookieProgramSpecs
+	syncookieMapSpecs
+	syncookieVariableSpecs
 }
 
-// tcProgramSpecs contains programs before they are loaded into the kernel.
+// syncookieProgramSpecs contains programs before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type tcProgramSpecs struct {
+type syncookieProgramSpecs struct {
 	XlimitTcCookie *ebpf.ProgramSpec `ebpf:"xlimit_tc_cookie"`
 }
 
-// tcMapSpecs contains maps before they are loaded into the kernel.
+// syncookieMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type tcMapSpecs struct {
+type syncookieMapSpecs struct {
 	XlAnswerStats *ebpf.MapSpec `ebpf:"xl_answer_stats"`
 	XlBuckets     *ebpf.MapSpec `ebpf:"xl_buckets"`
 	XlCaches      *ebpf.MapSpec `ebpf:"xl_caches"`
@@ -441,33 +441,33 @@ type tcMapSpecs struct {
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
-// tcVariableSpecs contains global variables before they are loaded into the kernel.
+// syncookieVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
-type tcVariableSpecs struct {
+type syncookieVariableSpecs struct {
 	XlCfgFakeClock *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
 }
 
-// tcObjects contains all objects after they have been loaded into the kernel.
+// syncookieObjects contains all objects after they have been loaded into the kernel.
 //
-// It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
-type tcObjects struct {
-	tcPrograms
-	tcMaps
-	tcVariables
+// It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
+type syncookieObjects struct {
+	syncookiePrograms
+	syncookieMaps
+	syncookieVariables
 }
 
-func (o *tcObjects) Close() error {
-	return _TcClose(
-		&o.tcPrograms,
-		&o.tcMaps,
+func (o *syncookieObjects) Close() error {
+	return _SyncookieClose(
+		&o.syncookiePrograms,
+		&o.syncookieMaps,
 	)
 }
 
-// tcMaps contains all maps after they have been loaded into the kernel.
+// syncookieMaps contains all maps after they have been loaded into the kernel.
 //
-// It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
-type tcMaps struct {
+// It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
+type syncookieMaps struct {
 	XlAnswerStats *ebpf.Map `ebpf:"xl_answer_stats"`
 	XlBuckets     *ebpf.Map `ebpf:"xl_buckets"`
 	XlCaches      *ebpf.Map `ebpf:"xl_caches"`
@@ -502,8 +502,8 @@ type tcMaps struct {
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
-func (m *tcMaps) Close() error {
-	return _TcClose(
+func (m *syncookieMaps) Close() error {
+	return _SyncookieClose(
 		m.XlAnswerStats,
 		m.XlBuckets,
 		m.XlCaches,
@@ -539,27 +539,27 @@ func (m *tcMaps) Close() error {
 	)
 }
 
-// tcVariables contains all global variables after they have been loaded into the kernel.
+// syncookieVariables contains all global variables after they have been loaded into the kernel.
 //
-// It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
-type tcVariables struct {
+// It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
+type syncookieVariables struct {
 	XlCfgFakeClock *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
 }
 
-// tcPrograms contains all programs after they have been loaded into the kernel.
+// syncookiePrograms contains all programs after they have been loaded into the kernel.
 //
-// It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
-type tcPrograms struct {
+// It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
+type syncookiePrograms struct {
 	XlimitTcCookie *ebpf.Program `ebpf:"xlimit_tc_cookie"`
 }
 
-func (p *tcPrograms) Close() error {
-	return _TcClose(
+func (p *syncookiePrograms) Close() error {
+	return _SyncookieClose(
 		p.XlimitTcCookie,
 	)
 }
 
-func _TcClose(closers ...io.Closer) error {
+func _SyncookieClose(closers ...io.Closer) error {
 	for _, closer := range closers {
 		if err := closer.Close(); err != nil {
 			return err
@@ -570,5 +570,5 @@ func _TcClose(closers ...io.Closer) error {
 
 // Do not access this directly.
 //
-//go:embed tc_bpfel.o
-var _TcBytes []byte
+//go:embed syncookie_bpfel.o
+var _SyncookieBytes []byte
