@@ -2,9 +2,10 @@
 
 // Package daemon is xlimit's daemon (`xlimit run`): it attaches the XDP
 // program to the interfaces, applies every rules document through one path
-// (the pipeline: pipeline.go), steers the kernel's rates with the control loop every period,
-// and serves the local API and the Prometheus metrics. Its dependencies on
-// the process (clocks, systemd's notify socket, the host's signals) are
+// (the pipeline: pipeline.go), steers the kernel's rates with the control
+// loop every period, and serves the local API and the Prometheus metrics.
+// It is made of parts with their own state, wired here. Its dependencies
+// on the process (clocks, systemd's notify socket, the host's signals) are
 // Options, so that it runs in-process in tests.
 package daemon
 
