@@ -54,6 +54,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xlimit/xlimit/bench/gen"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -145,6 +147,11 @@ func preflight() error {
 		if _, err := exec.LookPath(t); err != nil {
 			return fmt.Errorf("%s not found", t)
 		}
+	}
+	// Before anything is measured: without live frames the floods, the
+	// report's core, cannot run (docs/design.md §7).
+	if err := gen.LiveFrames(); err != nil {
+		return fmt.Errorf("the floods' generator cannot run on this kernel: %w", err)
 	}
 	return nil
 }

@@ -121,6 +121,27 @@ func (g *Generator) Run(frame []byte, n, batch uint32) error {
 	return nil
 }
 
+// LiveFrames reports whether this kernel runs XDP programs in live-frames
+// mode: it runs the XDP_DROP receiver once that way (the frame is
+// dropped, nothing is sent). nil, or why not: a kernel may refuse the mode
+// (EPERM) although it has it, as some VMs' do.
+func LiveFrames() error {
+	spec, err := loadXlgen()
+	if err != nil {
+		return fmt.Errorf("load receiver spec: %w", err)
+	}
+	prog, err := ebpf.NewProgram(spec.Programs[xlgenProgXlgenDrop])
+	if err != nil {
+		return fmt.Errorf("load %v: %w", ReceiverDrop, err)
+	}
+	defer prog.Close()
+	frame := make([]byte, 64)
+	if _, err := prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1, Flags: unix.BPF_F_TEST_XDP_LIVE_FRAMES}); err != nil {
+		return fmt.Errorf("run %v in live-frames mode: %w", ReceiverDrop, err)
+	}
+	return nil
+}
+
 // Close unloads the generator.
 func (g *Generator) Close() error { return g.objs.Close() }
 
