@@ -132,7 +132,9 @@ func (r *results) mapsSection(b *strings.Builder) {
 		"the real program on the real clock, ns per packet as the kernel times it, and the ratio to a bare XDP_DROP "+
 		"program measured in the same sub-benchmark (x-bare). *_allcpu: one pinned thread per CPU at once, "+
 		"against one rule, in 8 rounds of b.N packets per CPU alternating with the same case on each CPU alone (busy-cpus: how much they overlapped; below 1.25 the ratio is not judged); x-1cpu is the median of the rounds' ratios (x-1cpu-min and -max their extremes). *_single and per_source_miss: one packet per syscall "+
-		"(every packet from another of 65536 sources against a 4096-entry table: insert and evict each time).\n\n", r.c.mapsCount)
+		"(every packet from another of 65536 sources against a 4096-entry table). BenchmarkRandomSources: "+
+		"the random-source flood's per-packet cost without live frames (bench/gen's Spoofer gives one buffer a random source at each repeat), "+
+		"against XDP_DROP behind the same Spoofer; of-bare-rate is the share of XDP_DROP's rate kept on one CPU.\n\n", r.c.mapsCount)
 	var order []string
 	by := map[string][]benchLine{}
 	for _, l := range r.mapsLines {

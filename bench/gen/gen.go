@@ -64,15 +64,9 @@ func NewGenerator(ifindex int) (*Generator, error) {
 func (g *Generator) SetRandomSources(p netip.Prefix) error {
 	var base, mask uint32
 	if p.IsValid() {
-		if !p.Addr().Is4() {
-			return fmt.Errorf("random sources %s: only IPv4", p)
-		}
-		p = p.Masked()
-		a := p.Addr().As4()
-		base = uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-		mask = uint32(uint64(1)<<(32-p.Bits()) - 1)
-		if mask == 0 {
-			return fmt.Errorf("random sources %s: a single address; send it as the frame's source", p)
+		var err error
+		if base, mask, err = sourceRange(p); err != nil {
+			return err
 		}
 	}
 	// Mask first: no frame sees the new base with the old mask's host bits.
@@ -86,6 +80,22 @@ func (g *Generator) SetRandomSources(p netip.Prefix) error {
 		return fmt.Errorf("set random sources: %w", err)
 	}
 	return nil
+}
+
+// sourceRange is the base address and the mask of the host bits of p, an
+// IPv4 prefix of at least two addresses, in host byte order.
+func sourceRange(p netip.Prefix) (base, mask uint32, err error) {
+	if !p.IsValid() || !p.Addr().Is4() {
+		return 0, 0, fmt.Errorf("random sources %s: only IPv4", p)
+	}
+	p = p.Masked()
+	a := p.Addr().As4()
+	base = uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	mask = uint32(uint64(1)<<(32-p.Bits()) - 1)
+	if mask == 0 {
+		return 0, 0, fmt.Errorf("random sources %s: a single address; send it as the frame's source", p)
+	}
+	return base, mask, nil
 }
 
 // DefaultBatch is the kernel's default batch in live-frames mode: frames
@@ -126,13 +136,9 @@ func (g *Generator) Run(frame []byte, n, batch uint32) error {
 // dropped, nothing is sent). nil, or why not: a kernel may refuse the mode
 // (EPERM) although it has it, as some VMs' do.
 func LiveFrames() error {
-	spec, err := loadXlgen()
+	prog, err := NewReceiver(ReceiverDrop)
 	if err != nil {
-		return fmt.Errorf("load receiver spec: %w", err)
-	}
-	prog, err := ebpf.NewProgram(spec.Programs[xlgenProgXlgenDrop])
-	if err != nil {
-		return fmt.Errorf("load %v: %w", ReceiverDrop, err)
+		return err
 	}
 	defer prog.Close()
 	frame := make([]byte, 64)
@@ -173,19 +179,9 @@ type Attached struct {
 // AttachReceiver attaches r to ifindex in native (driver) mode. Call it
 // from a thread inside the interface's namespace.
 func AttachReceiver(ifindex int, r Receiver) (*Attached, error) {
-	spec, err := loadXlgen()
+	prog, err := NewReceiver(r)
 	if err != nil {
-		return nil, fmt.Errorf("load receiver spec: %w", err)
-	}
-	name := xlgenProgXlgenDrop
-	if r == ReceiverPass {
-		name = xlgenProgXlgenPass
-	} else if r != ReceiverDrop {
-		return nil, fmt.Errorf("attach receiver: unknown %v", r)
-	}
-	prog, err := ebpf.NewProgram(spec.Programs[name])
-	if err != nil {
-		return nil, fmt.Errorf("load %v: %w", r, err)
+		return nil, err
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
 	if err != nil {

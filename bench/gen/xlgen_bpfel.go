@@ -16,12 +16,14 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xlgenProgXlgenDrop = "xlgen_drop"
-	xlgenProgXlgenPass = "xlgen_pass"
-	xlgenProgXlgenTx   = "xlgen_tx"
-	xlgenVarGenIfindex = "gen_ifindex"
-	xlgenVarGenSrcBase = "gen_src_base"
-	xlgenVarGenSrcMask = "gen_src_mask"
+	xlgenMapXlgenNext   = "xlgen_next"
+	xlgenProgXlgenDrop  = "xlgen_drop"
+	xlgenProgXlgenPass  = "xlgen_pass"
+	xlgenProgXlgenSpoof = "xlgen_spoof"
+	xlgenProgXlgenTx    = "xlgen_tx"
+	xlgenVarGenIfindex  = "gen_ifindex"
+	xlgenVarGenSrcBase  = "gen_src_base"
+	xlgenVarGenSrcMask  = "gen_src_mask"
 )
 
 // loadXlgen returns the embedded CollectionSpec for xlgen.
@@ -66,15 +68,17 @@ type xlgenSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlgenProgramSpecs struct {
-	XlgenDrop *ebpf.ProgramSpec `ebpf:"xlgen_drop"`
-	XlgenPass *ebpf.ProgramSpec `ebpf:"xlgen_pass"`
-	XlgenTx   *ebpf.ProgramSpec `ebpf:"xlgen_tx"`
+	XlgenDrop  *ebpf.ProgramSpec `ebpf:"xlgen_drop"`
+	XlgenPass  *ebpf.ProgramSpec `ebpf:"xlgen_pass"`
+	XlgenSpoof *ebpf.ProgramSpec `ebpf:"xlgen_spoof"`
+	XlgenTx    *ebpf.ProgramSpec `ebpf:"xlgen_tx"`
 }
 
 // xlgenMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlgenMapSpecs struct {
+	XlgenNext *ebpf.MapSpec `ebpf:"xlgen_next"`
 }
 
 // xlgenVariableSpecs contains global variables before they are loaded into the kernel.
@@ -106,10 +110,13 @@ func (o *xlgenObjects) Close() error {
 //
 // It can be passed to loadXlgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlgenMaps struct {
+	XlgenNext *ebpf.Map `ebpf:"xlgen_next"`
 }
 
 func (m *xlgenMaps) Close() error {
-	return _XlgenClose()
+	return _XlgenClose(
+		m.XlgenNext,
+	)
 }
 
 // xlgenVariables contains all global variables after they have been loaded into the kernel.
@@ -125,15 +132,17 @@ type xlgenVariables struct {
 //
 // It can be passed to loadXlgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlgenPrograms struct {
-	XlgenDrop *ebpf.Program `ebpf:"xlgen_drop"`
-	XlgenPass *ebpf.Program `ebpf:"xlgen_pass"`
-	XlgenTx   *ebpf.Program `ebpf:"xlgen_tx"`
+	XlgenDrop  *ebpf.Program `ebpf:"xlgen_drop"`
+	XlgenPass  *ebpf.Program `ebpf:"xlgen_pass"`
+	XlgenSpoof *ebpf.Program `ebpf:"xlgen_spoof"`
+	XlgenTx    *ebpf.Program `ebpf:"xlgen_tx"`
 }
 
 func (p *xlgenPrograms) Close() error {
 	return _XlgenClose(
 		p.XlgenDrop,
 		p.XlgenPass,
+		p.XlgenSpoof,
 		p.XlgenTx,
 	)
 }
