@@ -149,7 +149,7 @@ static __always_inline int xl_units_claim_in(__u64 *units, __u64 *tat, __u64 *ta
 	return 1;
 }
 
-/* A tolerance in 32 bits, for a per-source entry (xl_source.units): the
+/* A tolerance in 32 bits, for a per-source entry (xl_src_way.units): the
  * position of its highest bit + 1 in the top 6 bits, the 26 bits below
  * that bit in the others (a relative error below 2^-26); 0 for 0. The
  * daemon writes a rule's (dataplane.UnitsCode) in xl_rule.source_units:

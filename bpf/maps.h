@@ -164,25 +164,9 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_src_credits SEC(".maps");
 
-/* State. Key: a hash of a source's key (source.h, xl_src_front_hash),
- * modulo XL_SRC_FRONT_SETS, divided by XL_SRC_FRONT_BLOCK. Value: that many
- * sets of two ways, each a source that xl_sources does not hold, seen once
- * within its emission interval. Per-CPU array: no locks, no atomics, no
- * insert; a source reaches the shared LRU only when it comes back within
- * its emission interval, so a spoofed flood of sources that never return
- * cannot thrash it. Pinned as xl_src_credits is: a way holds a packet
- * charged nowhere else. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XL_SRC_FRONT_BLOCKS);
-	__type(key, __u32);
-	__type(value, struct xl_src_front_block);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} xl_src_front SEC(".maps");
-
-/* Scratch. Key: 0. Value: xl_source_admit's keys and new entry (per CPU:
- * never shared, never pinned), so that its frame stays within the stack
- * 6.1 allows xlimit_xdp's chain of calls. */
+/* Scratch. Key: 0. Value: xl_source_admit's key (per CPU: never shared,
+ * never pinned), so that its frame stays within the stack 6.1 allows
+ * xlimit_xdp's chain of calls. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -190,17 +174,31 @@ struct {
 	__type(value, struct xl_src_scratch);
 } xl_src_scratch SEC(".maps");
 
-/* State. Key: slot + source prefix. Value: the source's bucket, ban and
- * drop count. LRU hash: a spoofed flood evicts the least recent sources
- * instead of failing inserts; the rule-wide bucket holds regardless. The
- * daemon sets the size (source_table_size) before loading. */
+/* State. Key: set (source.h, xl_src_hash). Value: that set's ways, each a
+ * source prefix's bucket and drop count. Array: a lookup is two cache
+ * lines of one page; a source the set does not hold takes the way that
+ * loses least (source.h, xl_src_locate), so a spoofed flood turns ways
+ * over without an insert, a lock or a list, and the rule-wide bucket holds
+ * regardless. The daemon sets the size (source_table_size) before
+ * loading. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct xl_source_key);
-	__type(value, struct xl_source);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_SRC_SETS);
+	__type(key, __u32);
+	__type(value, struct xl_src_set);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} xl_sources SEC(".maps");
+} xl_src_table SEC(".maps");
+
+/* State. Key: set, as xl_src_table's. Value: its ways' rest of an IPv6
+ * address beyond /64 and ban state, apart from the ways so that the
+ * flood path does not read them. Sized with xl_src_table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_SRC_SETS);
+	__type(key, __u32);
+	__type(value, struct xl_src_ext_set);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_src_exts SEC(".maps");
 
 /* State. Key: slot, or XL_GLOBAL_SLOT for packet-level verdicts. Value:
  * packets and bytes by verdict, packets by reason. Per-CPU: increments

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Per-source ("hot parameter") limits: each source, aggregated to the
- * rule's prefix length, gets its own bucket in an LRU map, with an optional
- * ban for sources that stay over their limit. */
+ * rule's prefix length, gets its own bucket in a set-associative table
+ * (xl_src_table), with an optional ban for sources that stay over their
+ * limit. */
 #ifndef XLIMIT_SOURCE_H
 #define XLIMIT_SOURCE_H
 
@@ -80,20 +81,149 @@ static __always_inline int xl_src_credit_holds(const struct xl_src_credit *cr,
 	return !d;
 }
 
+/* The per-source table's sets, a power of two: set by the loader to
+ * xl_src_table's size. */
+volatile const __u32 xl_cfg_src_sets = XL_SRC_SETS;
+
+/* A way's drop count stops here (xl_src_way.drops): below the 32 bits'
+ * end by more than any count of CPUs can add at once. */
+#define XL_SRC_DROPS_MAX 0xffff0000u
+
+/* The way's meta for key k (xl_src_way.meta), never 0. */
+static __always_inline __u32 xl_src_meta(const struct xl_source_key *k)
+{
+	return k->slot << 16 | (__u32)k->family << 8 | k->prefixlen;
+}
+
+/* Whether key k's address is longer than a way holds (IPv6 beyond /64):
+ * its rest is in xl_src_exts. */
+static __always_inline int xl_src_long(const struct xl_source_key *k)
+{
+	return k->family == 6 && k->prefixlen > 64;
+}
+
+/* The hash of a source's key under the table's seed (xl_globals.src_seed)
+ * that picks its set (the Go model's dataplane.SrcHash is the same). Keyed,
+ * so that a spoofer cannot aim sources at one set without knowing it. */
+static __always_inline __u32 xl_src_hash(const struct xl_source_key *k, __u32 seed)
+{
+	const __u32 *w = (const __u32 *)k->addr;
+	__u32 h = (seed ^ xl_src_meta(k)) * 0x9e3779b1u;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		h = (h ^ w[i]) * 0x85ebca6bu;
+		h ^= h >> 13;
+	}
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+/* Finds the way of key k in xl_src_table.
+ * With claim, a key the set does not hold takes a way, written as a full
+ * bucket of rule r at now_u: an empty way first, else the one whose bucket
+ * is nearest full (the least TAT; a source under a ban last), so what the
+ * set forgets is what costs least: nothing for a source whose bucket has
+ * refilled, at most its TAT's lead over now for the others (a source
+ * evicted before its bucket refilled is admitted that much early, at most
+ * its burst; one seen once, as a spoofed source is, owes one packet).
+ * Inlined (a call more would pass the stack 6.1 allows the programs'
+ * chains of calls); its place is written off the
+ * stack (xl_src_scratch): loc[0] is the set, the lookups' key, and
+ * loc[1] the way. Returns the way, or NULL.
+ *
+ * Races: a claim writes its way with plain stores, meta last; a CPU that
+ * reads the way meanwhile may match it with another key's TAT, or two CPUs
+ * claim one way for two sources and one is charged with the other's first
+ * packet: either way one source's bucket errs by a packet. */
+static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_key *k,
+							const struct xl_rule *r, __u64 now_u,
+							__u32 seed, __u32 claim, __u32 *loc)
+{
+	loc[0] = xl_src_hash(k, seed) & (xl_cfg_src_sets - 1);
+	struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, loc);
+	if (!s)
+		return NULL;
+	struct xl_src_ext_set *es = NULL;
+	if (xl_src_long(k)) {
+		es = bpf_map_lookup_elem(&xl_src_exts, loc);
+		if (!es)
+			return NULL;
+	}
+	__u64 hi = *(const __u64 *)&k->addr[0];
+#pragma unroll
+	for (int i = 0; i < XL_SRC_WAYS; i++) {
+		struct xl_src_way *w = &s->way[i];
+		if (w->addr == hi && (w->meta & ~XL_SRC_BANNED) == xl_src_meta(k) &&
+		    (!es || (es->ext[i].addr == *(const __u64 *)&k->addr[8] &&
+			     es->ext[i].meta == xl_src_meta(k)))) {
+			loc[1] = i;
+			return w;
+		}
+	}
+	if (!claim)
+		return NULL;
+	if (!es &&
+	    ((s->way[0].meta | s->way[1].meta | s->way[2].meta | s->way[3].meta) & XL_SRC_BANNED)) {
+		/* Their rests say till when their bans last. */
+		es = bpf_map_lookup_elem(&xl_src_exts, loc);
+		if (!es)
+			return NULL;
+	}
+	int v = 0;
+	__s64 least = 0x7fffffffffffffffLL;
+#pragma unroll
+	for (int i = 0; i < XL_SRC_WAYS; i++) {
+		struct xl_src_way *w = &s->way[i];
+		__s64 lead = !w->meta ? -0x7fffffffffffffffLL : (__s64)(w->tat - now_u);
+		if ((w->meta & XL_SRC_BANNED) && es &&
+		    es->ext[i].banned_until_ns > now_u >> XL_TIME_SHIFT)
+			lead = 0x7ffffffffffffffeLL;
+		if (lead < least) {
+			least = lead;
+			v = i;
+		}
+	}
+	v &= XL_SRC_WAYS - 1;
+	loc[1] = v;
+	struct xl_src_way *w = &s->way[v];
+	w->meta = 0;
+	w->addr = hi;
+	w->tat = now_u;
+	w->units = r->source_units;
+	w->epoch = r->epoch;
+	w->drops = 0;
+	if (es && xl_src_long(k)) {
+		struct xl_src_ext *x = &es->ext[v];
+		__u64 lo = *(const __u64 *)&k->addr[8];
+		if (x->addr != lo || x->meta != xl_src_meta(k)) {
+			/* Another source's: its ban is not this one's. */
+			x->addr = lo;
+			x->meta = xl_src_meta(k);
+			x->over_since_ns = 0;
+			x->banned_until_ns = 0;
+		}
+	}
+	*(volatile __u32 *)&w->meta = xl_src_meta(k);
+	return w;
+}
+
 /* Gives the credit cr holds back to its source's bucket before another
  * source takes cr over: the TAT moves back by it (a bucket that has
  * refilled in the meantime stays full: a TAT behind now counts as now).
- * When the source's entry is gone (evicted, or reset for another rule),
- * is in other units than the credit (the rule's source rate changed
- * since, xl_units_claim), or the compare-and-swap keeps losing, the credit is
- * lost, and the source's limit errs low by at most that much. */
-static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const struct xl_rule *r)
+ * When the source's way is gone (taken by another source, or reset for
+ * another rule), is in other units than the credit (the rule's source
+ * rate changed since, xl_units_claim), or the compare-and-swap keeps
+ * losing, the credit is lost, and the source's limit errs low by at most
+ * that much. */
+static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const struct xl_rule *r,
+						 __u32 seed, __u32 *loc)
 {
 	__u64 credit = cr->credit;
 	if (!credit)
 		return;
 	cr->credit = 0;
-	struct xl_source *o = bpf_map_lookup_elem(&xl_sources, &cr->key);
+	struct xl_src_way *o = xl_src_locate(&cr->key, r, 0, seed, 0, loc);
 	if (!o || o->epoch != cr->epoch || cr->tol != r->source.tol || o->units != r->source_units)
 		return;
 	__u64 old = *(volatile __u64 *)&o->tat;
@@ -110,103 +240,112 @@ static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const
  * back first (xl_src_credit_return). */
 static __always_inline void xl_src_credit_name(struct xl_src_credit *cr,
 					       const struct xl_source_key *k,
-					       const struct xl_rule *r, const struct xl_bucket *b)
+					       const struct xl_rule *r, const struct xl_bucket *b,
+					       __u32 seed, __u32 *loc)
 {
 	if (!cr)
 		return;
-	xl_src_credit_return(cr, r);
+	xl_src_credit_return(cr, r, seed, loc);
 	cr->key = *k;
 	cr->epoch = r->epoch;
 	cr->mult = b->mult;
 	cr->tol = b->tol;
 }
 
-/* xl_source_admit's generation for a caller without the front. */
-#define XL_FRONT_NONE 2
-
-/* The hash of a source's key that picks its set in xl_src_front (the Go
- * model's dataplane.SrcFrontHash is the same). */
-static __always_inline __u32 xl_src_front_hash(const struct xl_source_key *k)
+/* A ban rule's verdict at t for the source of way w (sc: its key, place,
+ * and whether its bucket had refilled before this packet), given the
+ * bucket's ok: its
+ * ban state is in xl_src_exts, valid while that holds w's key and epoch
+ * (else it starts afresh). While banned the bucket keeps measuring the
+ * offered rate; when the ban ends, a source still over its limit is
+ * banned again (hysteresis), one within it released. The fields are plain
+ * stores: two CPUs may both start or end one ban, which changes nothing. */
+static __always_inline int xl_src_ban(struct xl_src_way *w, struct xl_src_scratch *sc,
+				      const struct xl_rule *r, __u64 t, int ok)
 {
-	const __u32 *w = (const __u32 *)k->addr;
-	__u32 h = (k->slot | (k->family == 6 ? XL_FRONT_V6 : 0)) * 0x9e3779b1u;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		h = (h ^ w[i]) * 0x85ebca6bu;
-		h ^= h >> 13;
+	const struct xl_source_key *k = &sc->key;
+	struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, sc->loc);
+	if (!es)
+		return ok;
+	struct xl_src_ext *x = &es->ext[sc->loc[1] & (XL_SRC_WAYS - 1)];
+	__u32 meta = xl_src_meta(k);
+	__u64 addr = xl_src_long(k) ? *(const __u64 *)&k->addr[8] : w->addr;
+	if (x->meta != meta || x->addr != addr || x->epoch != w->epoch) {
+		x->addr = addr;
+		x->meta = meta;
+		x->epoch = w->epoch;
+		x->over_since_ns = 0;
+		x->banned_until_ns = 0;
 	}
-	return h;
+	/* A bucket that refilled completely ends an over-limit run. */
+	if (sc->refilled)
+		x->over_since_ns = 0;
+	if (x->banned_until_ns) {
+		if (t < x->banned_until_ns)
+			ok = 0;
+		else if (!ok)
+			x->banned_until_ns = t + r->ban_ns;
+		else
+			x->banned_until_ns = 0;
+	} else if (!ok) {
+		if (!x->over_since_ns)
+			x->over_since_ns = t;
+		if (t - x->over_since_ns >= r->ban_after_ns)
+			x->banned_until_ns = t + r->ban_ns;
+	}
+	__u32 m = w->meta;
+	__u32 want = x->banned_until_ns ? m | XL_SRC_BANNED : m & ~XL_SRC_BANNED;
+	if (m && want != m)
+		w->meta = want;
+	return ok;
 }
 
-/* The owner a front way is written with: the rule's epoch and its
- * per-source units, folded, never 0 (0: empty). A reload that keeps the
- * rule and its per-source settings keeps its ways: before, they were
- * owned by xl_gen's generation, so every reload freed them and let each
- * source seen only there within its emission interval pass once more
- * (TestOracle, a reload between a source's two packets). A change of the
- * per-source settings frees them (their TATs are in the old units): at
- * most one packet more per such source and CPU. */
-static __always_inline __u32 xl_src_front_owner(const struct xl_rule *r)
-{
-	return (r->epoch ^ (r->source_units * 0x9e3779b1u)) | 1;
-}
+/* xl_source_admit_in's answer when the source's way is in other units
+ * than the rule's per-source settings (their rate changed since it was
+ * written): xl_src_rescale first, then again. */
+#define XL_SRC_RESCALE 2
 
-/* Whether front way w holds the source of key k (tag: its slot and family
- * bit) written by owner. */
-static __always_inline int xl_src_front_is(const struct xl_src_front *w,
-					   const struct xl_source_key *k, __u32 tag, __u32 owner)
+/* Brings the way of the packet's source for rule r in slot to the units of
+ * the rule's per-source settings (bucket.h, xl_units_claim): a change of
+ * rate keeps how full its bucket is. Apart from xl_source_admit_in, whose
+ * frame its arithmetic would pass the stack 6.1 allows the chain of calls
+ * (sc: the scratch, its key written here). */
+static __always_inline void xl_src_rescale_in(const struct xl_rule *r, __u32 slot, __u32 seed,
+					      const struct xl_pkt *pkt, __u64 *now,
+					      struct xl_src_scratch *sc)
 {
-	const __u32 *a = (const __u32 *)w->addr;
-	const __u32 *b = (const __u32 *)k->addr;
-	return w->gen == owner && w->slot == tag && w->prefixlen == k->prefixlen &&
-	       !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
-}
-
-/* Whether way w holds nothing at now_u (2^-6 ns): empty, of another
- * owner, or a source whose bucket is full again (its TAT passed). */
-static __always_inline int xl_src_front_free(const struct xl_src_front *w, __u32 owner, __u64 now_u)
-{
-	return w->gen != owner || (__s64)(w->t - now_u) <= 0;
+	__builtin_memset(&sc->key, 0, sizeof(sc->key));
+	xl_source_key(&sc->key, r, slot, pkt);
+	__u64 now_u = xl_time_inline(now) << XL_TIME_SHIFT;
+	struct xl_src_way *w = xl_src_locate(&sc->key, r, now_u, seed, 0, sc->loc);
+	if (w && w->epoch == r->epoch && w->units != r->source_units)
+		xl_src_units_claim(&w->units, &w->tat, r->source_units, r->source.tol, now_u);
 }
 
 /* Returns 1 when the packet's source is within its own limit (and not
- * banned), charging its bucket. *now is read lazily (0: not yet).
- * gen: the rule's generation (0 or 1), or XL_FRONT_NONE for no front.
- *
- * The front (xl_src_front, per CPU, consulted when the shared LRU does not
- * hold the source): such a source whose way holds no packet (new to this
- * CPU, back after its bucket refilled, or evicted) is admitted, as its
- * full bucket admits it, and only written into a free way as seen, with
- * the TAT its packet left: no LRU insert, so a spoofed flood of sources
- * that never come back costs a front write each and evicts no source
- * from the LRU. When it comes back while its way still holds the packet
- * (its TAT ahead of now), it gets its entry, charged with that packet,
- * and is charged from then on as before; when it comes back within
- * XL_SRC_PROMOTE_NS after that TAT (a source that keeps sending below its
- * limit), it gets its entry too, full, so that it is not seen again and
- * again on the front's slower path. A way that holds a packet is
- * never overwritten (the packet is charged nowhere else): when both ways
- * of its set hold one, a new source gets an entry as without a front.
+ * banned), charging its bucket in xl_src_table (its way found or taken by
+ * xl_src_locate). *now is read lazily (0: not yet). seed: the table's
+ * (xl_globals.src_seed).
  *
  * A CPU's credit in front of the shared bucket (xl_src_credits, as
  * xl_cache is for a rule's): when the same source comes twice in a row to
  * this CPU, the second packet borrows up to XL_BATCH_NS worth of the
  * source's rate (at most a quarter of its burst) in one compare-and-swap,
  * and the source's next packets spend it without touching the shared
- * entry or reading the clock. A packet of another source gives what is
+ * way or reading the clock. A packet of another source gives what is
  * left back to the source that held it (xl_src_credit_return), so a mix
  * of sources on one CPU loses nothing. Bound: tokens are charged before
  * they are spent, so a source is admitted no more than its bucket allows
- * plus the credit the CPUs held at the start (one batch each), plus one
- * packet for each CPU whose front admitted one uncharged; below a rate of
- * one packet per batch (20000/s), the batch is a packet and every packet
- * takes the shared path, as without a credit.
+ * plus the credit the CPUs held at the start (one batch each), plus what
+ * its evictions forgot (xl_src_locate); below a rate of one packet per
+ * batch (20000/s), the batch is a packet and every packet takes the shared
+ * path, as without a credit.
  *
- * Races: the source's bucket advances by compare-and-swap like a rule's;
- * the ban fields are plain stores, so two CPUs may both start or end one
- * ban, which changes nothing. When the table cannot take a new source the
- * source check passes (fails open); the rule-wide bucket still applies. */
-static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slot, __u32 gen,
+ * Races: the source's bucket advances by compare-and-swap like a rule's.
+ * Without a table (it failed to load) the source check passes (fails
+ * open); the rule-wide bucket still applies. XL_SRC_RESCALE: the way is
+ * in other units (xl_src_rescale). */
+static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slot, __u32 seed,
 					      const struct xl_pkt *pkt, __u64 *now,
 					      struct xl_src_scratch *sc)
 {
@@ -223,83 +362,23 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		cr->credit -= inc;
 		return 1;
 	}
-	__u64 t = xl_time_inline(now);
-	__u64 now_u = t << XL_TIME_SHIFT;
-	struct xl_source *s = bpf_map_lookup_elem(&xl_sources, kp);
-	if (!s) {
-		__u64 tat = now_u;
-		__u32 zero = 0;
-		__u32 *active = bpf_map_lookup_elem(&xl_gen, &zero);
-		__u32 g = active ? *active : 0;
-		__u32 set = xl_src_front_hash(kp) & (XL_SRC_FRONT_SETS - 1);
-		__u32 blk = set / XL_SRC_FRONT_BLOCK;
-		struct xl_src_front_block *fb = NULL;
-		if (g && (g & 1) == gen)
-			fb = bpf_map_lookup_elem(&xl_src_front, &blk);
-		if (fb) {
-			struct xl_src_front_set *fs = &fb->set[set & (XL_SRC_FRONT_BLOCK - 1)];
-			__u32 tag = slot | (kp->family == 6 ? XL_FRONT_V6 : 0);
-			__u32 owner = xl_src_front_owner(r);
-			struct xl_src_front *f = NULL;
-			if (xl_src_front_is(&fs->way[0], kp, tag, owner))
-				f = &fs->way[0];
-			else if (xl_src_front_is(&fs->way[1], kp, tag, owner))
-				f = &fs->way[1];
-			if (f && !xl_src_front_free(f, owner, now_u)) {
-				/* Back within its emission interval: its entry,
-				 * charged with the packet the front let through. */
-				tat = f->t;
-				f->gen = 0;
-			} else if (f &&
-				   now_u - f->t < ((__u64)XL_SRC_PROMOTE_NS << XL_TIME_SHIFT)) {
-				/* Back soon after its TAT: a source that keeps
-				 * sending near its rate; its entry, full. */
-				f->gen = 0;
-			} else {
-				struct xl_src_front *v = f;
-				if (!v && xl_src_front_free(&fs->way[0], owner, now_u))
-					v = &fs->way[0];
-				else if (!v && xl_src_front_free(&fs->way[1], owner, now_u))
-					v = &fs->way[1];
-				if (v) {
-					/* Its bucket is full: the packet passes;
-					 * remember it. */
-					__builtin_memcpy(v->addr, kp->addr, 16);
-					v->t = now_u + inc;
-					v->gen = owner;
-					v->slot = tag;
-					v->prefixlen = kp->prefixlen;
-					if (!same)
-						xl_src_credit_name(cr, kp, r, b);
-					return 1;
-				}
-				/* Both ways hold a packet charged nowhere
-				 * else: an entry, as without a front. */
-			}
-		}
-		sc->fresh =
-		    (struct xl_source){.tat = tat, .epoch = r->epoch, .units = r->source_units};
-		bpf_map_update_elem(&xl_sources, kp, &sc->fresh, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&xl_sources, kp);
-		if (!s)
-			return 1;
-	}
+	__u64 now_u = xl_time_inline(now) << XL_TIME_SHIFT;
+	struct xl_src_way *s = xl_src_locate(kp, r, now_u, seed, 1, sc->loc);
+	if (!s)
+		return 1;
 	if (s->epoch != r->epoch) {
 		/* Left by an earlier rule in this slot. */
 		s->tat = now_u;
 		s->units = r->source_units;
-		s->over_since_ns = 0;
-		s->banned_until_ns = 0;
 		s->drops = 0;
 		s->epoch = r->epoch;
+		s->meta &= ~XL_SRC_BANNED;
 	}
 	/* A change of the source limit's rate keeps how full the source's
-	 * bucket is (bucket.h, xl_units_claim). */
+	 * bucket is (xl_src_rescale): that first. */
 	if (s->units != r->source_units)
-		xl_src_units_claim(&s->units, &s->tat, r->source_units, b->tol, now_u);
-	/* A bucket that refilled completely ends an over-limit run. */
-	if ((__s64)(s->tat - now_u) <= 0)
-		s->over_since_ns = 0;
+		return XL_SRC_RESCALE;
+	sc->refilled = (__s64)(s->tat - now_u) <= 0;
 
 	int ok;
 	if (same) {
@@ -314,36 +393,28 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		if (ok)
 			cr->credit = cr->credit + took - inc;
 	} else {
-		xl_src_credit_name(cr, kp, r, b);
+		xl_src_credit_name(cr, kp, r, b, seed, sc->cloc);
 		ok = xl_gcra(&s->tat, b, now_u, 1);
 	}
 
-	if (r->flags & XL_RULE_BAN) {
-		if (s->banned_until_ns) {
-			/* While banned the bucket keeps measuring the offered
-			 * rate; when the ban ends, a source still over its limit
-			 * is banned again (hysteresis), one within it released. */
-			if (t < s->banned_until_ns)
-				ok = 0;
-			else if (!ok)
-				s->banned_until_ns = t + r->ban_ns;
-			else
-				s->banned_until_ns = 0;
-		} else if (!ok) {
-			if (!s->over_since_ns)
-				s->over_since_ns = t;
-			if (t - s->over_since_ns >= r->ban_after_ns)
-				s->banned_until_ns = t + r->ban_ns;
-		}
-	}
-	if (!ok)
+	if (r->flags & XL_RULE_BAN)
+		ok = xl_src_ban(s, sc, r, now_u >> XL_TIME_SHIFT, ok);
+	if (!ok && s->drops < XL_SRC_DROPS_MAX)
 		__sync_fetch_and_add(&s->drops, 1);
 	return ok;
 }
 
-/* xl_source_admit_in through this CPU's front. slot_gen: the rule's slot,
- * and its generation (0 or 1) << 8. A global function: the verifier
- * checks it once, apart from xl_apply_rule's paths. */
+/* The table's seed for generation gen's rules (xl_globals.src_seed). */
+static __always_inline __u32 xl_src_seed(struct xl_src_scratch *sc, __u32 gen)
+{
+	sc->gen = gen;
+	struct xl_globals *g = bpf_map_lookup_elem(&xl_config, &sc->gen);
+	return g ? g->src_seed : 0;
+}
+
+/* xl_source_admit_in for the XDP program. slot_gen: the rule's slot, and
+ * its generation (0 or 1) << 8. A global function: the verifier checks it
+ * once, apart from xl_apply_rule's paths. */
 __noinline int xl_source_admit(const struct xl_rule *r, __u32 slot_gen, const struct xl_pkt *pkt,
 			       __u64 *now)
 {
@@ -352,15 +423,28 @@ __noinline int xl_source_admit(const struct xl_rule *r, __u32 slot_gen, const st
 	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
 	if (!r || !pkt || !now || !sc || slot >= XL_MAX_RULES)
 		return 1;
-	return xl_source_admit_in(r, slot, (slot_gen >> 8) & 1, pkt, now, sc);
+	return xl_source_admit_in(r, slot, xl_src_seed(sc, (slot_gen >> 8) & 1), pkt, now, sc);
+}
+
+/* xl_src_rescale_in for the XDP program, as xl_source_admit. A global
+ * function of its own, called beside xl_source_admit, not below it. */
+__noinline int xl_src_rescale(const struct xl_rule *r, __u32 slot_gen, const struct xl_pkt *pkt,
+			      __u64 *now)
+{
+	__u32 slot = slot_gen & 0xff;
+	__u32 zero = 0;
+	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
+	if (!r || !pkt || !now || !sc || slot >= XL_MAX_RULES)
+		return 0;
+	xl_src_rescale_in(r, slot, xl_src_seed(sc, (slot_gen >> 8) & 1), pkt, now, sc);
+	return 0;
 }
 
 /* Whether rule r's per-source limit, when it has one (XL_RULE_PER_SOURCE),
- * admits the packet: xl_source_admit, through this CPU's front for the
- * rule's generation gen (0 or 1). *now is read lazily (0: not yet), and
- * only for a rule with one. */
-static __always_inline int xl_source_pass_front(const struct xl_rule *r, __u32 slot, __u32 gen,
-						const struct xl_pkt *pkt, __u64 *now)
+ * admits the packet: xl_source_admit, for the rule of generation gen (0 or
+ * 1). *now is read lazily (0: not yet), and only for a rule with one. */
+static __always_inline int xl_source_check(const struct xl_rule *r, __u32 slot, __u32 gen,
+					   const struct xl_pkt *pkt, __u64 *now)
 {
 	if (!(r->flags & XL_RULE_PER_SOURCE))
 		return 1;
@@ -374,20 +458,27 @@ static __always_inline int xl_source_pass_front(const struct xl_rule *r, __u32 s
 			return 1;
 		}
 	}
-	return xl_source_admit(r, slot | gen << 8, pkt, now);
+	int ok = xl_source_admit(r, slot | gen << 8, pkt, now);
+	if (ok == XL_SRC_RESCALE) {
+		xl_src_rescale(r, slot | gen << 8, pkt, now);
+		/* In the rule's units now (again XL_SRC_RESCALE only if its
+		 * settings changed meanwhile: then it passes, once). */
+		ok = xl_source_admit(r, slot | gen << 8, pkt, now);
+	}
+	return ok != 0;
 }
 
-/* As xl_source_pass_front, without the front, and inlined (the TC
- * program's charge of a validated SYN cookie: its charges only move a TAT
- * forward, so the front's refusals stay exact). */
-static __always_inline int xl_source_pass(const struct xl_rule *r, __u32 slot,
+/* As xl_source_check, inlined (the TC program's charge of a validated SYN
+ * cookie), after xl_src_rescale_in (xl_cookie_units): a way still in
+ * other units (the settings changed in between) passes, once. */
+static __always_inline int xl_source_pass(const struct xl_rule *r, __u32 slot, __u32 gen,
 					  const struct xl_pkt *pkt, __u64 *now)
 {
 	if (!(r->flags & XL_RULE_PER_SOURCE))
 		return 1;
 	__u32 zero = 0;
 	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
-	return !sc || xl_source_admit_in(r, slot, XL_FRONT_NONE, pkt, now, sc);
+	return !sc || xl_source_admit_in(r, slot, xl_src_seed(sc, gen), pkt, now, sc);
 }
 
 #endif /* XLIMIT_SOURCE_H */

@@ -47,16 +47,17 @@ extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk,
 				   struct bpf_tcp_req_attrs *attrs, int attrs__sz) __ksym;
 
 /* Brings the bucket state of the rule in key (generation·64 + slot) to
- * the units of the settings in force (bucket.h, xl_units_claim), before
- * xl_cookie_charge charges it: a rate changed since the state was written
- * keeps how full the bucket is. Claims the state for the rule first, as
- * xl_cookie_charge does. A global function: a call below xl_cookie_charge
- * would pass the stack that 6.1 allows, and inlined there the verifier's
- * limit. */
-__noinline int xl_cookie_units(__u32 key, __u64 *now)
+ * the units of the settings in force (bucket.h, xl_units_claim), and the
+ * packet's source's way to those of its per-source settings (source.h,
+ * xl_src_rescale_in), before xl_cookie_charge charges them: a rate changed
+ * since the state was written keeps how full the bucket is. Claims the
+ * state for the rule first, as xl_cookie_charge does. A global function: a
+ * call below xl_cookie_charge would pass the stack that 6.1 allows, and
+ * inlined there the verifier's limit. */
+__noinline int xl_cookie_units(__u32 key, const struct xl_pkt *pkt, __u64 *now)
 {
 	__u32 slot = key % XL_MAX_RULES;
-	if (!now || key >= XL_GENERATIONS * XL_MAX_RULES)
+	if (!now || !pkt || key >= XL_GENERATIONS * XL_MAX_RULES)
 		return 0;
 	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
 	struct xl_bucket_state *st = bpf_map_lookup_elem(&xl_buckets, &slot);
@@ -64,6 +65,13 @@ __noinline int xl_cookie_units(__u32 key, __u64 *now)
 	if (!r || !st || !c || !(r->flags & XL_RULE_ACTIVE))
 		return 0;
 	xl_state_claim(st, r, now);
+	if (r->flags & XL_RULE_PER_SOURCE) {
+		__u32 zero = 0;
+		struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
+		if (sc)
+			xl_src_rescale_in(r, slot, xl_src_seed(sc, key / XL_MAX_RULES), pkt, now,
+					  sc);
+	}
 	const struct xl_limit *lim = xl_limit_for(r, slot, c, now);
 	const struct xl_bucket *b = lim ? &lim->bucket : &r->fallback;
 	if (st->units == b->tol)
@@ -96,7 +104,7 @@ __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now,
 	__u32 reason = xl_gate_refusal(r, slot, pkt, lim, st);
 	if (!reason && xl_cache_empty(c, inc, xl_runs(r), now))
 		reason = XL_REASON_RULE;
-	if (!reason && !xl_source_pass(r, slot, pkt, now))
+	if (!reason && !xl_source_pass(r, slot, key / XL_MAX_RULES, pkt, now))
 		reason = XL_REASON_SOURCE;
 	if (!reason && !xl_rule_admit(c, st, b, inc, xl_runs(r), now))
 		reason = XL_REASON_RULE;
@@ -261,7 +269,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 			break;
 		if (!((charge >> i) & 1))
 			continue;
-		xl_cookie_units(gen * XL_MAX_RULES + i, &now);
+		xl_cookie_units(gen * XL_MAX_RULES + i, &pkt, &now);
 		if (xl_cookie_charge(gen * XL_MAX_RULES + i, &pkt, &now, len)) {
 			cnt->refused++;
 			ret = TC_ACT_SHOT;

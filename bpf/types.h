@@ -42,11 +42,6 @@
  * rate from the shared bucket at once (and at most a quarter of the burst):
  * the bound on how far admission can run ahead, per CPU. */
 #define XL_BATCH_NS 50000
-/* A source the per-source front only saw (its way's TAT passed) that comes
- * back within this long of that TAT keeps sending near its rate: it gets
- * its table entry, and with it the per-CPU credit (bpf/source.h). Spoofed
- * sources never come back; a legitimate one below its limit does. */
-#define XL_SRC_PROMOTE_NS XL_BATCH_NS
 /* A CPU that read the clock and found a rule's bucket empty drops at most
  * this many of the rule's next packets without reading it again, within
  * the same tick (bucket.h, xl_cache_empty): the bound on how late it sees
@@ -192,7 +187,7 @@ struct xl_rule {
 	 * linearly to 1 at conc_max. */
 	__u32 conc_soft;
 	__u32 conc_max;
-	/* source.tol in 32 bits (bucket.h, xl_units_decode; xl_source.units),
+	/* source.tol in 32 bits (bucket.h, xl_units_decode; xl_src_way.units),
 	 * written by the daemon beside it: not computed per packet. */
 	__u32 source_units;
 };
@@ -247,7 +242,9 @@ struct xl_globals {
 	 * each rule's own, it bounds what a spoofed SYN flood can reflect. */
 	struct xl_bucket reset;
 	__u32 flags; /* enum xl_global_flag */
-	__u32 _pad;
+	/* The per-source table's hash key (source.h, xl_src_hash): random,
+	 * kept across reloads and restarts. */
+	__u32 src_seed;
 };
 
 /* The trie value for a source prefix: allow/deny plus the rules whose
@@ -337,53 +334,63 @@ struct xl_src_credit {
 	__u32 _pad;
 };
 
-/* The front of the per-source table (state, per CPU, source.h): a
- * direct-mapped table of sets of two ways, indexed by a hash of the
- * source's key, that holds sources the shared table (xl_sources) does not
- * hold, each seen once, with the TAT its one packet left (2^-6 ns). */
-#define XL_SRC_FRONT_SETS 16384 /* a power of two */
-/* Sets per entry of xl_src_front: one CPU's entry is 32 KiB, the most a
- * per-CPU value may be, so a set is found with one lookup of an entry
- * whose pointer stays in cache (not one per set, scattered). */
-#define XL_SRC_FRONT_BLOCK  512
-#define XL_SRC_FRONT_BLOCKS (XL_SRC_FRONT_SETS / XL_SRC_FRONT_BLOCK)
-#define XL_SRC_FRONT_WAYS   2
-#define XL_FRONT_V6	    0x40 /* xl_src_front.slot: the key's family is 6 */
+/* The per-source table (state, source.h): sets of XL_SRC_WAYS ways, a
+ * set picked by a keyed hash of the source's key, every way one source's
+ * bucket. 32-byte ways, so a set is two cache lines of one page: a
+ * lookup touches them and nothing else (the LRU hash it replaces chased
+ * a bucket list into elements 112 bytes apart: issue 28). */
+#define XL_SRC_WAYS 4
+/* Sets by default (dataplane.DefaultSourceTableSize / XL_SRC_WAYS); the
+ * loader sets xl_cfg_src_sets to the table's, a power of two. */
+#define XL_SRC_SETS 16384
+/* xl_src_way.meta: the source is banned (XL_RULE_BAN): a way to keep
+ * when its set needs room. */
+#define XL_SRC_BANNED 0x80000000u
 
-struct xl_src_front {
-	__u8 addr[16]; /* the key's masked address */
-	__u64 t;       /* the TAT its packet left: the way is free once now passes it */
-	__u32 gen;     /* the owner: xl_src_front_owner of its rule when written (0: empty) */
-	__u16 _pad;
-	__u8 slot; /* the rule's slot | XL_FRONT_V6 */
-	__u8 prefixlen;
+struct xl_src_way {
+	/* The first 8 bytes of the key's masked address: all of IPv4's, and
+	 * of IPv6 to /64 (longer prefixes keep the rest in xl_src_exts). */
+	__u64 addr;
+	/* slot << 16 | family << 8 | prefix length, | XL_SRC_BANNED; 0: empty */
+	__u32 meta;
+	/* As xl_bucket_state.units (xl_rule.source's tol), in 32 bits
+	 * (bucket.h, xl_units_decode). */
+	__u32 units;
+	__u64 tat;   /* as xl_bucket_state.tat */
+	__u32 epoch; /* the rule's */
+	__u32 drops; /* packets dropped for this source, saturating */
 };
 
-struct xl_src_front_set {
-	struct xl_src_front way[XL_SRC_FRONT_WAYS];
+struct xl_src_set {
+	struct xl_src_way way[XL_SRC_WAYS];
 };
 
-struct xl_src_front_block {
-	struct xl_src_front_set set[XL_SRC_FRONT_BLOCK];
-};
-
-/* A source's bucket (state). */
-struct xl_source {
-	__u64 tat;	       /* as xl_bucket_state.tat */
+/* A way's rarely used part, in a table of its own (xl_src_exts), so that
+ * the flood path never touches it: the rest of an IPv6 address beyond
+ * /64, and a ban rule's state. The address part is valid for way w when
+ * meta is w's (without XL_SRC_BANNED) and addr is the key's rest (for a
+ * prefix to /64: w's addr again); the ban fields when epoch is w's too. */
+struct xl_src_ext {
+	__u64 addr;
 	__u64 over_since_ns;   /* start of the current over-limit run, or 0 */
 	__u64 banned_until_ns; /* banned while now is before this */
-	__u64 drops;	       /* packets dropped for this source */
+	__u32 meta;
 	__u32 epoch;
-	/* As xl_bucket_state.units (xl_rule.source's tol), in 32 bits
-	 * (bucket.h, xl_units_decode): the entry stays 40 bytes. */
-	__u32 units;
 };
 
-/* xl_source_admit's scratch (per CPU): its keys and new entry, off the
- * stack that 6.1 allows a chain of calls (512 bytes). */
+struct xl_src_ext_set {
+	struct xl_src_ext ext[XL_SRC_WAYS];
+};
+
+/* xl_source_admit's scratch (per CPU): the packet's source key and the
+ * lookups' keys, off the stack that 6.1 allows a chain of calls (512
+ * bytes). */
 struct xl_src_scratch {
-	struct xl_source_key key; /* the packet's source */
-	struct xl_source fresh;	  /* its new entry */
+	struct xl_source_key key;
+	__u32 loc[2];	/* the key's set (the table's lookup key) and way */
+	__u32 cloc[2];	/* those of the source a credit returns to */
+	__u32 gen;	/* the generation whose seed is read */
+	__u32 refilled; /* the source's bucket was full before the packet */
 };
 
 /* Bucket state (state, written by the XDP program only). */

@@ -139,13 +139,13 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	}
 
 	/* The rule-wide bucket known empty: drop before the per-source table
-	 * is touched, so a spoofed flood costs no LRU insert once it is over
+	 * is touched, so a spoofed flood takes no way in it once it is over
 	 * the rule's rate. */
 	if (xl_cache_empty(c, inc, xl_runs(r), now)) {
 		run = 1;
 		goto out;
 	}
-	if (!xl_source_pass_front(r, slot, gen, pkt, now)) {
+	if (!xl_source_check(r, slot, gen, pkt, now)) {
 		reason = XL_REASON_SOURCE;
 		goto out;
 	}

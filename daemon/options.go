@@ -28,7 +28,7 @@ type Options struct {
 	APISocket               string        // local API unix socket; "" for none
 	BPFFS                   string        // bpffs mount point
 	StateDir                string        // the last good rules and the API's rules
-	SourceTableSize         int           // per-source LRU size; 0: the rules file's
+	SourceTableSize         int           // per-source table size; 0: the rules file's
 	Period                  time.Duration // control loop period
 	FailStatic              time.Duration // how long a steered rate stays in force without a refresh
 	DetachOnExit            bool          // detach when the daemon stops

@@ -31,8 +31,8 @@ const (
 	// (per_source_miss and its references): each costs a syscall.
 	benchSingleRuns = 500_000
 	// benchOverSources is how many sources per_source_over cycles
-	// through: all of them fit the table and the front, and every one is
-	// over its limit.
+	// through: all of them fit the table, and every one is over its
+	// limit.
 	benchOverSources = 2048
 )
 
@@ -48,7 +48,7 @@ const (
 // after a read that found it empty), rule_drop_burst1 (burst 1: every drop
 // reads the clock), rule_pass_limit (a rule with the control loop's limit
 // in force, whose deadline is checked), allowlisted, ipv6_ext,
-// per_source_hit (one source, its bucket found in the LRU every time).
+// per_source_hit (one source, its bucket found in the table every time).
 //
 // All CPUs at once (*_allcpu: one thread pinned to each CPU, each running
 // b.N repeats at the same time, against one rule), in
@@ -72,12 +72,10 @@ const (
 // so that the IPv6 prefilter sends it to the trie.
 //
 // per_source_miss: every packet from another source (65536 of them, a
-// 4096-entry table), so every packet misses the LRU (it inserted and
-// evicted before the front of issue 28, bpf/source.h; now the front
-// remembers it and it takes no entry). per_source_over: every packet
-// from another of 2048 sources, each over its limit: the live random-
-// source flood's case, refused by the front since issue 28, after an LRU
-// lookup before.
+// 4096-entry table), so every packet's source is not in the table and
+// takes a way (bpf/source.h, xl_src_locate). per_source_over: every
+// packet from another of 2048 sources, each over its limit: the live
+// random-source flood's case, found in the table and refused.
 // BPF_PROG_TEST_RUN repeats one frame, so this runs one packet per syscall
 // (at most benchSingleRuns) and sums the kernel's time for each;
 // per_source_hit_single and bare_single are measured the same way, as its
@@ -267,7 +265,7 @@ func BenchmarkXDP(b *testing.B) {
 		overFrames[i] = build(udpTo(netip.AddrFrom4([4]byte{100, 100, byte(i >> 8), byte(i)}), 58))
 	}
 	// Into the table and over their limit, right before the case: the
-	// misses above would have evicted them from the table before the front.
+	// misses above would have taken their ways.
 	overPrep := func(b *testing.B) {
 		for _, f := range overFrames {
 			for range 3 {

@@ -183,6 +183,13 @@ func (h *harness) apply(tb testing.TB, p *dataplane.Plan) {
 	h.plan = p
 	h.model.Plan = p
 	h.model.Reload()
+	// The per-source table's seed (the generation just written has it)
+	// and size: the model's sets are the kernel's.
+	seed, err := h.tab.SourceSeed()
+	if err != nil {
+		tb.Fatalf("read the per-source seed: %v", err)
+	}
+	h.model.SrcSeed, h.model.SrcSets = seed, h.obj.SourceSets()
 }
 
 // slot returns the slot of a rule of the active plan, failing when absent.

@@ -3,13 +3,11 @@
 package maps
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -32,8 +30,9 @@ type Options struct {
 	// FakeClock makes the program read the time from the clock map that
 	// SetClock writes (tests only).
 	FakeClock bool
-	// SourceTableSize is the number of per-source buckets (LRU); 0 keeps
-	// the default of 65536.
+	// SourceTableSize is the number of per-source buckets (ways of the
+	// set-associative table, bpf/source.h), rounded up to a power of two
+	// of at least dataplane.SrcWays; 0 keeps the default of 65536.
 	SourceTableSize int
 }
 
@@ -67,11 +66,13 @@ func Load(opts Options) (*Objects, error) {
 	} else {
 		// A per-source table of another size cannot be adopted: replace
 		// it (per-source state starts afresh; everything else carries on).
-		reset, err := unpinIfResized(filepath.Join(opts.PinDir, xdpMapXlSources), spec.Maps[xdpMapXlSources].MaxEntries)
-		if err != nil {
-			return nil, err
+		for _, name := range []string{xdpMapXlSrcTable, xdpMapXlSrcExts} {
+			reset, err := unpinIfResized(filepath.Join(opts.PinDir, name), spec.Maps[name].MaxEntries)
+			if err != nil {
+				return nil, err
+			}
+			o.SourcesReset = o.SourcesReset || reset
 		}
-		o.SourcesReset = reset
 	}
 	err = spec.LoadAndAssign(&o.objs, &ebpf.CollectionOptions{
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
@@ -85,8 +86,31 @@ func Load(opts Options) (*Objects, error) {
 			o.Close()
 			return nil, err
 		}
+		if err := removeRetired(opts.PinDir); err != nil {
+			o.Close()
+			return nil, err
+		}
 	}
 	return &o, nil
+}
+
+// retiredPins are the pins of maps that earlier versions had and this one
+// has not: the per-source LRU hash and its per-CPU front, which the
+// set-associative table replaced (issue 28; per-source state starts
+// afresh across that upgrade: every source's bucket full once).
+var retiredPins = []string{"xl_sources", "xl_src_front"}
+
+// removeRetired removes retiredPins from dir: a load over an earlier
+// version's pins would leave them pinned, and their memory held, until
+// `xlimit detach`. A program still attached keeps its own reference to
+// them until it is replaced.
+func removeRetired(dir string) error {
+	for _, name := range retiredPins {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove retired pin %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // loadSpec is the embedded collection spec set up as opts say.
@@ -100,8 +124,11 @@ func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
 			return nil, fmt.Errorf("set fake clock: %w", err)
 		}
 	}
-	if opts.SourceTableSize > 0 {
-		spec.Maps[xdpMapXlSources].MaxEntries = uint32(opts.SourceTableSize)
+	sets := uint32(dataplane.SrcSets(opts.SourceTableSize))
+	spec.Maps[xdpMapXlSrcTable].MaxEntries = sets
+	spec.Maps[xdpMapXlSrcExts].MaxEntries = sets
+	if err := spec.Variables[xdpVarXlCfgSrcSets].Set(sets); err != nil {
+		return nil, fmt.Errorf("set the per-source table's sets: %w", err)
 	}
 	return spec, nil
 }
@@ -155,9 +182,9 @@ func PinnedNames() []string {
 	return []string{
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
-		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSources, xdpMapXlConns, xdpMapXlSkConns,
+		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSrcTable, xdpMapXlSrcExts, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits,
-		xdpMapXlSrcFront, xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
+		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
 		xdpMapXlCookieLink, xdpMapXlAnswerStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,
 	}
@@ -166,8 +193,11 @@ func PinnedNames() []string {
 // Tables is read-write access to the maps alone: what Objects has, and what
 // OpenPinned gives to `xlimit status` without loading a program.
 type Tables struct {
-	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, sources, conns *ebpf.Map
-	hostAddrs                                                                                  *ebpf.Map
+	gen, config, rules, ports, prefix4, prefix6, limits, buckets, stats, clock, conns *ebpf.Map
+	hostAddrs                                                                         *ebpf.Map
+	// srcTable and srcExts are the per-source table (sources.go); nil in
+	// pins of an xlimit from before it, which kept an LRU hash instead.
+	srcTable, srcExts *ebpf.Map
 	// prefilter is nil in pins of an xlimit from before it: then no
 	// generation is written with one (GlobalPrefilter), and the program
 	// looks every source up.
@@ -193,7 +223,7 @@ func (o *Objects) Tables() *Tables {
 	return &Tables{
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
-		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, sources: m.XlSources,
+		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, srcTable: m.XlSrcTable, srcExts: m.XlSrcExts,
 		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, confirm: m.XlConfirm,
 		cookie: o.cookieMaps(), resp: o.respMaps(), fakeClock: o.fakeClock,
 	}
@@ -213,10 +243,21 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 		{xdpMapXlGen, &t.gen}, {xdpMapXlConfig, &t.config}, {xdpMapXlRules, &t.rules},
 		{xdpMapXlPorts, &t.ports}, {xdpMapXlPrefix4, &t.prefix4}, {xdpMapXlPrefix6, &t.prefix6},
 		{xdpMapXlLimits, &t.limits}, {xdpMapXlBuckets, &t.buckets}, {xdpMapXlStats, &t.stats},
-		{xdpMapXlSources, &t.sources}, {xdpMapXlConns, &t.conns}, {xdpMapXlHostAddrs, &t.hostAddrs},
+		{xdpMapXlConns, &t.conns}, {xdpMapXlHostAddrs, &t.hostAddrs},
 	} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
 		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
+		}
+		*m.dst = mp
+	}
+	for _, m := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{xdpMapXlSrcTable, &t.srcTable}, {xdpMapXlSrcExts, &t.srcExts}} {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Close()
 			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
 		}
@@ -260,7 +301,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm, t.limits, t.buckets, t.stats, t.sources, t.conns, t.hostAddrs} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm, t.limits, t.buckets, t.stats, t.srcTable, t.srcExts, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -355,6 +396,10 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 		flags |= dataplane.GlobalPrefilter
 	}
 
+	seed, err := t.SourceSeed()
+	if err != nil {
+		return err
+	}
 	g := xdpXlGlobals{
 		Portless:    p.Globals.Portless,
 		FragMatch:   p.Globals.FragMatch,
@@ -366,6 +411,7 @@ func (t *Tables) writeGeneration(gen uint32, p *dataplane.Plan) error {
 		NetnsCookie: netnsCookie(),
 		Reset:       xdpXlBucket{Mult: p.Globals.Reset.Mult, Tol: p.Globals.Reset.Tol},
 		Flags:       flags,
+		SrcSeed:     seed,
 	}
 	// The globals after the prefilter: the generation's flag must not
 	// come before its bitmap.
@@ -733,46 +779,6 @@ func (t *Tables) floodCounts() ([dataplane.CounterSlots]floodCount, error) {
 			out[dataplane.GlobalSlot].packets += c.Packets
 			out[dataplane.GlobalSlot].bytes += c.Bytes
 		}
-	}
-	return out, nil
-}
-
-// Source is one entry of the per-source table.
-type Source struct {
-	Slot   int
-	Prefix netip.Prefix
-	dataplane.SourceState
-}
-
-// Sources lists the per-source buckets (all of them when slot < 0),
-// the most dropped first, at most n (n <= 0: all).
-func (t *Tables) Sources(slot, n int) ([]Source, error) {
-	var k xdpXlSourceKey
-	var v xdpXlSource
-	var out []Source
-	it := t.sources.Iterate()
-	for it.Next(&k, &v) {
-		if slot >= 0 && int(k.Slot) != slot {
-			continue
-		}
-		addr := netip.AddrFrom16(k.Addr)
-		if k.Family == 4 {
-			addr = netip.AddrFrom4([4]byte(k.Addr[:4]))
-		}
-		out = append(out, Source{
-			Slot:   int(k.Slot),
-			Prefix: netip.PrefixFrom(addr, int(k.Prefixlen)),
-			SourceState: dataplane.SourceState{
-				TAT: v.Tat, OverSinceNS: v.OverSinceNs, BannedUntilNS: v.BannedUntilNs, Drops: v.Drops, Epoch: v.Epoch, Units: v.Units,
-			},
-		})
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read sources: %w", err)
-	}
-	slices.SortFunc(out, func(a, b Source) int { return cmp.Compare(b.Drops, a.Drops) })
-	if n > 0 && len(out) > n {
-		out = out[:n]
 	}
 	return out, nil
 }

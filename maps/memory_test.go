@@ -25,7 +25,8 @@ func TestMapGeometryMatchesLimits(t *testing.T) {
 		name              string
 		key, value, count uint32
 	}{
-		{xdpMapXlSources, dataplane.SourceKeySize, dataplane.SourceValueSize, dataplane.DefaultSourceTableSize},
+		{xdpMapXlSrcTable, 4, dataplane.SrcSetSize, uint32(dataplane.SrcSets(0))},
+		{xdpMapXlSrcExts, 4, dataplane.SrcExtSetSize, uint32(dataplane.SrcSets(0))},
 		{xdpMapXlPrefix4, dataplane.LPM4KeySize, dataplane.PrefixValueSize, dataplane.PrefixTrieEntries},
 		{xdpMapXlPrefix6, dataplane.LPM6KeySize, dataplane.PrefixValueSize, dataplane.PrefixTrieEntries},
 		{xdpMapXlPrefilter, 4, 8, dataplane.Generations * 2 * dataplane.PrefilterWords},
@@ -117,8 +118,10 @@ func TestPinnedMemory(t *testing.T) {
 			t.Errorf("pinned map %s missing from the report", name)
 		}
 	}
-	if m := byName[xdpMapXlSources]; m.MaxEntries != 100000 {
-		t.Errorf("xl_sources has %d entries, want 100000", m.MaxEntries)
+	for _, name := range []string{xdpMapXlSrcTable, xdpMapXlSrcExts} {
+		if m := byName[name]; m.MaxEntries != 131072/dataplane.SrcWays {
+			t.Errorf("%s has %d sets, want %d (100000 sources rounded up)", name, m.MaxEntries, 131072/dataplane.SrcWays)
+		}
 	}
 	if m := byName[xdpMapXlPrefix4]; m.Estimate != dataplane.MapBytes(dataplane.MapLPMTrie, dataplane.LPM4KeySize, dataplane.PrefixValueSize, 0, 300, 0) {
 		t.Errorf("xl_prefix4 estimate %d B for 300 prefixes", m.Estimate)

@@ -276,7 +276,8 @@ func (m *Migration) closeOld() {
 }
 
 // CommitStaged moves every pin of stage into dir, replacing the pins of
-// the same name, the root last, and removes stage.
+// the same name, the root last, and removes stage and the retired pins
+// (retiredPins).
 func CommitStaged(dir, stage string) error {
 	entries, err := os.ReadDir(stage)
 	if err != nil {
@@ -309,7 +310,7 @@ func CommitStaged(dir, stage string) error {
 	if err := os.Remove(stage); err != nil {
 		return fmt.Errorf("migrate: remove %s: %w", stage, err)
 	}
-	return nil
+	return removeRetired(dir)
 }
 
 // StagedProgram is the pin, in the staging directory, of the program a

@@ -126,8 +126,8 @@ type resptimeXlGlobals struct {
 		Mult uint64
 		Tol  uint64
 	}
-	Flags uint32
-	Pad   uint32
+	Flags   uint32
+	SrcSeed uint32
 }
 
 type resptimeXlHostAddr struct {
@@ -219,28 +219,16 @@ type resptimeXlSkConn struct {
 	Epoch uint32
 }
 
-type resptimeXlSource struct {
-	_             structs.HostLayout
-	Tat           uint64
-	OverSinceNs   uint64
-	BannedUntilNs uint64
-	Drops         uint64
-	Epoch         uint32
-	Units         uint32
-}
-
-type resptimeXlSourceKey struct {
-	_         structs.HostLayout
-	Slot      uint32
-	Family    uint8
-	Prefixlen uint8
-	Pad       uint16
-	Addr      [16]uint8
-}
-
 type resptimeXlSrcCredit struct {
-	_      structs.HostLayout
-	Key    resptimeXlSourceKey
+	_   structs.HostLayout
+	Key struct {
+		_         structs.HostLayout
+		Slot      uint32
+		Family    uint8
+		Prefixlen uint8
+		Pad       uint16
+		Addr      [16]uint8
+	}
 	Credit uint64
 	Mult   uint64
 	Tol    uint64
@@ -248,26 +236,45 @@ type resptimeXlSrcCredit struct {
 	Pad    uint32
 }
 
-type resptimeXlSrcFrontBlock struct {
+type resptimeXlSrcExtSet struct {
 	_   structs.HostLayout
-	Set [512]struct {
-		_   structs.HostLayout
-		Way [2]struct {
-			_         structs.HostLayout
-			Addr      [16]uint8
-			T         uint64
-			Gen       uint32
-			Pad       uint16
-			Slot      uint8
-			Prefixlen uint8
-		}
+	Ext [4]struct {
+		_             structs.HostLayout
+		Addr          uint64
+		OverSinceNs   uint64
+		BannedUntilNs uint64
+		Meta          uint32
+		Epoch         uint32
 	}
 }
 
 type resptimeXlSrcScratch struct {
-	_     structs.HostLayout
-	Key   resptimeXlSourceKey
-	Fresh resptimeXlSource
+	_   structs.HostLayout
+	Key struct {
+		_         structs.HostLayout
+		Slot      uint32
+		Family    uint8
+		Prefixlen uint8
+		Pad       uint16
+		Addr      [16]uint8
+	}
+	Loc      [2]uint32
+	Cloc     [2]uint32
+	Gen      uint32
+	Refilled uint32
+}
+
+type resptimeXlSrcSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_     structs.HostLayout
+		Addr  uint64
+		Meta  uint32
+		Units uint32
+		Tat   uint64
+		Epoch uint32
+		Drops uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.
@@ -295,10 +302,10 @@ const (
 	resptimeMapXlRules           = "xl_rules"
 	resptimeMapXlServed          = "xl_served"
 	resptimeMapXlSkConns         = "xl_sk_conns"
-	resptimeMapXlSources         = "xl_sources"
 	resptimeMapXlSrcCredits      = "xl_src_credits"
-	resptimeMapXlSrcFront        = "xl_src_front"
+	resptimeMapXlSrcExts         = "xl_src_exts"
 	resptimeMapXlSrcScratch      = "xl_src_scratch"
+	resptimeMapXlSrcTable        = "xl_src_table"
 	resptimeMapXlStats           = "xl_stats"
 	resptimeProgXlimitTcResptime = "xlimit_tc_resptime"
 	resptimeVarXlCfgFakeClock    = "xl_cfg_fake_clock"
@@ -374,10 +381,10 @@ type resptimeMapSpecs struct {
 	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
 	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
-	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
-	XlSrcFront    *ebpf.MapSpec `ebpf:"xl_src_front"`
+	XlSrcExts     *ebpf.MapSpec `ebpf:"xl_src_exts"`
 	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
+	XlSrcTable    *ebpf.MapSpec `ebpf:"xl_src_table"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -429,10 +436,10 @@ type resptimeMaps struct {
 	XlRules       *ebpf.Map `ebpf:"xl_rules"`
 	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
-	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
-	XlSrcFront    *ebpf.Map `ebpf:"xl_src_front"`
+	XlSrcExts     *ebpf.Map `ebpf:"xl_src_exts"`
 	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
+	XlSrcTable    *ebpf.Map `ebpf:"xl_src_table"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -459,10 +466,10 @@ func (m *resptimeMaps) Close() error {
 		m.XlRules,
 		m.XlServed,
 		m.XlSkConns,
-		m.XlSources,
 		m.XlSrcCredits,
-		m.XlSrcFront,
+		m.XlSrcExts,
 		m.XlSrcScratch,
+		m.XlSrcTable,
 		m.XlStats,
 	)
 }

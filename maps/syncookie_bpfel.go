@@ -174,8 +174,8 @@ type syncookieXlGlobals struct {
 		Mult uint64
 		Tol  uint64
 	}
-	Flags uint32
-	Pad   uint32
+	Flags   uint32
+	SrcSeed uint32
 }
 
 type syncookieXlHostAddr struct {
@@ -267,28 +267,16 @@ type syncookieXlSkConn struct {
 	Epoch uint32
 }
 
-type syncookieXlSource struct {
-	_             structs.HostLayout
-	Tat           uint64
-	OverSinceNs   uint64
-	BannedUntilNs uint64
-	Drops         uint64
-	Epoch         uint32
-	Units         uint32
-}
-
-type syncookieXlSourceKey struct {
-	_         structs.HostLayout
-	Slot      uint32
-	Family    uint8
-	Prefixlen uint8
-	Pad       uint16
-	Addr      [16]uint8
-}
-
 type syncookieXlSrcCredit struct {
-	_      structs.HostLayout
-	Key    syncookieXlSourceKey
+	_   structs.HostLayout
+	Key struct {
+		_         structs.HostLayout
+		Slot      uint32
+		Family    uint8
+		Prefixlen uint8
+		Pad       uint16
+		Addr      [16]uint8
+	}
 	Credit uint64
 	Mult   uint64
 	Tol    uint64
@@ -296,26 +284,45 @@ type syncookieXlSrcCredit struct {
 	Pad    uint32
 }
 
-type syncookieXlSrcFrontBlock struct {
+type syncookieXlSrcExtSet struct {
 	_   structs.HostLayout
-	Set [512]struct {
-		_   structs.HostLayout
-		Way [2]struct {
-			_         structs.HostLayout
-			Addr      [16]uint8
-			T         uint64
-			Gen       uint32
-			Pad       uint16
-			Slot      uint8
-			Prefixlen uint8
-		}
+	Ext [4]struct {
+		_             structs.HostLayout
+		Addr          uint64
+		OverSinceNs   uint64
+		BannedUntilNs uint64
+		Meta          uint32
+		Epoch         uint32
 	}
 }
 
 type syncookieXlSrcScratch struct {
-	_     structs.HostLayout
-	Key   syncookieXlSourceKey
-	Fresh syncookieXlSource
+	_   structs.HostLayout
+	Key struct {
+		_         structs.HostLayout
+		Slot      uint32
+		Family    uint8
+		Prefixlen uint8
+		Pad       uint16
+		Addr      [16]uint8
+	}
+	Loc      [2]uint32
+	Cloc     [2]uint32
+	Gen      uint32
+	Refilled uint32
+}
+
+type syncookieXlSrcSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_     structs.HostLayout
+		Addr  uint64
+		Meta  uint32
+		Units uint32
+		Tat   uint64
+		Epoch uint32
+		Drops uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.
@@ -349,13 +356,14 @@ const (
 	syncookieMapXlRules         = "xl_rules"
 	syncookieMapXlServed        = "xl_served"
 	syncookieMapXlSkConns       = "xl_sk_conns"
-	syncookieMapXlSources       = "xl_sources"
 	syncookieMapXlSrcCredits    = "xl_src_credits"
-	syncookieMapXlSrcFront      = "xl_src_front"
+	syncookieMapXlSrcExts       = "xl_src_exts"
 	syncookieMapXlSrcScratch    = "xl_src_scratch"
+	syncookieMapXlSrcTable      = "xl_src_table"
 	syncookieMapXlStats         = "xl_stats"
 	syncookieProgXlimitTcCookie = "xlimit_tc_cookie"
 	syncookieVarXlCfgFakeClock  = "xl_cfg_fake_clock"
+	syncookieVarXlCfgSrcSets    = "xl_cfg_src_sets"
 )
 
 // loadSyncookie returns the embedded CollectionSpec for syncookie.
@@ -434,10 +442,10 @@ type syncookieMapSpecs struct {
 	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
 	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
-	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
-	XlSrcFront    *ebpf.MapSpec `ebpf:"xl_src_front"`
+	XlSrcExts     *ebpf.MapSpec `ebpf:"xl_src_exts"`
 	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
+	XlSrcTable    *ebpf.MapSpec `ebpf:"xl_src_table"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -446,6 +454,7 @@ type syncookieMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type syncookieVariableSpecs struct {
 	XlCfgFakeClock *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgSrcSets   *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 }
 
 // syncookieObjects contains all objects after they have been loaded into the kernel.
@@ -495,10 +504,10 @@ type syncookieMaps struct {
 	XlRules       *ebpf.Map `ebpf:"xl_rules"`
 	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
-	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
-	XlSrcFront    *ebpf.Map `ebpf:"xl_src_front"`
+	XlSrcExts     *ebpf.Map `ebpf:"xl_src_exts"`
 	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
+	XlSrcTable    *ebpf.Map `ebpf:"xl_src_table"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -531,10 +540,10 @@ func (m *syncookieMaps) Close() error {
 		m.XlRules,
 		m.XlServed,
 		m.XlSkConns,
-		m.XlSources,
 		m.XlSrcCredits,
-		m.XlSrcFront,
+		m.XlSrcExts,
 		m.XlSrcScratch,
+		m.XlSrcTable,
 		m.XlStats,
 	)
 }
@@ -544,6 +553,7 @@ func (m *syncookieMaps) Close() error {
 // It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syncookieVariables struct {
 	XlCfgFakeClock *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgSrcSets   *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 }
 
 // syncookiePrograms contains all programs after they have been loaded into the kernel.

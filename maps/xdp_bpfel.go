@@ -198,7 +198,7 @@ type xdpXlGlobals struct {
 	NetnsCookie uint64
 	Reset       xdpXlBucket
 	Flags       uint32
-	Pad         uint32
+	SrcSeed     uint32
 }
 
 type xdpXlHostAddr struct {
@@ -355,16 +355,6 @@ type xdpXlSkConn struct {
 	Epoch uint32
 }
 
-type xdpXlSource struct {
-	_             structs.HostLayout
-	Tat           uint64
-	OverSinceNs   uint64
-	BannedUntilNs uint64
-	Drops         uint64
-	Epoch         uint32
-	Units         uint32
-}
-
 type xdpXlSourceKey struct {
 	_         structs.HostLayout
 	Slot      uint32
@@ -384,26 +374,42 @@ type xdpXlSrcCredit struct {
 	Pad    uint32
 }
 
-type xdpXlSrcFrontBlock struct {
+type xdpXlSrcExt struct {
+	_             structs.HostLayout
+	Addr          uint64
+	OverSinceNs   uint64
+	BannedUntilNs uint64
+	Meta          uint32
+	Epoch         uint32
+}
+
+type xdpXlSrcExtSet struct {
 	_   structs.HostLayout
-	Set [512]struct {
-		_   structs.HostLayout
-		Way [2]struct {
-			_         structs.HostLayout
-			Addr      [16]uint8
-			T         uint64
-			Gen       uint32
-			Pad       uint16
-			Slot      uint8
-			Prefixlen uint8
-		}
-	}
+	Ext [4]xdpXlSrcExt
 }
 
 type xdpXlSrcScratch struct {
+	_        structs.HostLayout
+	Key      xdpXlSourceKey
+	Loc      [2]uint32
+	Cloc     [2]uint32
+	Gen      uint32
+	Refilled uint32
+}
+
+type xdpXlSrcSet struct {
+	_   structs.HostLayout
+	Way [4]xdpXlSrcWay
+}
+
+type xdpXlSrcWay struct {
 	_     structs.HostLayout
-	Key   xdpXlSourceKey
-	Fresh xdpXlSource
+	Addr  uint64
+	Meta  uint32
+	Units uint32
+	Tat   uint64
+	Epoch uint32
+	Drops uint32
 }
 
 type xdpXlVerdict uint32
@@ -446,10 +452,10 @@ const (
 	xdpMapXlRules           = "xl_rules"
 	xdpMapXlServed          = "xl_served"
 	xdpMapXlSkConns         = "xl_sk_conns"
-	xdpMapXlSources         = "xl_sources"
 	xdpMapXlSrcCredits      = "xl_src_credits"
-	xdpMapXlSrcFront        = "xl_src_front"
+	xdpMapXlSrcExts         = "xl_src_exts"
 	xdpMapXlSrcScratch      = "xl_src_scratch"
+	xdpMapXlSrcTable        = "xl_src_table"
 	xdpMapXlStats           = "xl_stats"
 	xdpProgXlimitSockops    = "xlimit_sockops"
 	xdpProgXlimitXdp        = "xlimit_xdp"
@@ -467,6 +473,7 @@ const (
 	xdpVarXlBtfRuleFlag     = "xl_btf_rule_flag"
 	xdpVarXlBtfVerdict      = "xl_btf_verdict"
 	xdpVarXlCfgFakeClock    = "xl_cfg_fake_clock"
+	xdpVarXlCfgSrcSets      = "xl_cfg_src_sets"
 )
 
 // loadXdp returns the embedded CollectionSpec for xdp.
@@ -546,10 +553,10 @@ type xdpMapSpecs struct {
 	XlRules       *ebpf.MapSpec `ebpf:"xl_rules"`
 	XlServed      *ebpf.MapSpec `ebpf:"xl_served"`
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
-	XlSources     *ebpf.MapSpec `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
-	XlSrcFront    *ebpf.MapSpec `ebpf:"xl_src_front"`
+	XlSrcExts     *ebpf.MapSpec `ebpf:"xl_src_exts"`
 	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
+	XlSrcTable    *ebpf.MapSpec `ebpf:"xl_src_table"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
 }
 
@@ -571,6 +578,7 @@ type xdpVariableSpecs struct {
 	XlBtfRuleFlag     *ebpf.VariableSpec `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgSrcSets      *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 }
 
 // xdpObjects contains all objects after they have been loaded into the kernel.
@@ -620,10 +628,10 @@ type xdpMaps struct {
 	XlRules       *ebpf.Map `ebpf:"xl_rules"`
 	XlServed      *ebpf.Map `ebpf:"xl_served"`
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
-	XlSources     *ebpf.Map `ebpf:"xl_sources"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
-	XlSrcFront    *ebpf.Map `ebpf:"xl_src_front"`
+	XlSrcExts     *ebpf.Map `ebpf:"xl_src_exts"`
 	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
+	XlSrcTable    *ebpf.Map `ebpf:"xl_src_table"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
 }
 
@@ -656,10 +664,10 @@ func (m *xdpMaps) Close() error {
 		m.XlRules,
 		m.XlServed,
 		m.XlSkConns,
-		m.XlSources,
 		m.XlSrcCredits,
-		m.XlSrcFront,
+		m.XlSrcExts,
 		m.XlSrcScratch,
+		m.XlSrcTable,
 		m.XlStats,
 	)
 }
@@ -682,6 +690,7 @@ type xdpVariables struct {
 	XlBtfRuleFlag     *ebpf.Variable `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.Variable `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgSrcSets      *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 }
 
 // xdpPrograms contains all programs after they have been loaded into the kernel.

@@ -444,9 +444,12 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{"sizeof xl_conns", binary.Size(xdpXlConns{}), 16},
 		{"sizeof xl_flood", binary.Size(xdpXlFlood{}), 32 + 16*dataplane.MaxRules},
 		{"sizeof xl_src_credit", binary.Size(xdpXlSrcCredit{}), binary.Size(xdpXlSourceKey{}) + 3*8 + 8},
-		{"sizeof xl_src_front_block", binary.Size(xdpXlSrcFrontBlock{}), dataplane.SrcFrontBlock * dataplane.SrcFrontWays * 32},
-		{"xl_src_front_block.set", len(xdpXlSrcFrontBlock{}.Set), dataplane.SrcFrontBlock},
-		{"xl_src_front_set.way", len(xdpXlSrcFrontBlock{}.Set[0].Way), dataplane.SrcFrontWays},
+		{"sizeof xl_src_way", binary.Size(xdpXlSrcWay{}), 32},
+		{"sizeof xl_src_set", binary.Size(xdpXlSrcSet{}), dataplane.SrcSetSize},
+		{"xl_src_set.way", len(xdpXlSrcSet{}.Way), dataplane.SrcWays},
+		{"sizeof xl_src_ext", binary.Size(xdpXlSrcExt{}), 32},
+		{"sizeof xl_src_ext_set", binary.Size(xdpXlSrcExtSet{}), dataplane.SrcExtSetSize},
+		{"xl_src_ext_set.ext", len(xdpXlSrcExtSet{}.Ext), dataplane.SrcWays},
 		{"sizeof xl_sk_conn", binary.Size(xdpXlSkConn{}), 8},
 		{"sizeof xl_counters", binary.Size(ctr), 8 * (2*int(dataplane.VerdictMax) + int(dataplane.ReasonMax) + int(dataplane.ResetMax))},
 	} {
@@ -483,7 +486,8 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlRespHists, dataplane.MaxRules, binary.Size(xdpXlRespHist{}), 0},
 		{xdpMapXlFlood, 1, binary.Size(xdpXlFlood{}), 0},
 		{xdpMapXlSrcCredits, dataplane.MaxRules, binary.Size(xdpXlSrcCredit{}), 0},
-		{xdpMapXlSrcFront, dataplane.SrcFrontSets / dataplane.SrcFrontBlock, binary.Size(xdpXlSrcFrontBlock{}), 0},
+		{xdpMapXlSrcTable, uint32(dataplane.SrcSets(0)), binary.Size(xdpXlSrcSet{}), 0},
+		{xdpMapXlSrcExts, uint32(dataplane.SrcSets(0)), binary.Size(xdpXlSrcExtSet{}), 0},
 	} {
 		ms := spec.Maps[m.name]
 		if ms == nil {

@@ -34,35 +34,36 @@ func TestResourceBounds(t *testing.T) {
 	var sum uint64
 	for i, m := range mem.Maps {
 		sum += m.MemlockBytes
-		if m.Name == "xl_sources" {
+		if m.Name == "xl_src_table" {
 			sources = &mem.Maps[i]
 		}
 	}
 	t.Logf("e2e bounds: %d maps, kernel memlock %d B, estimate %d B", len(mem.Maps), mem.MemlockBytes, mem.EstimateBytes)
-	if sources == nil || sources.MaxEntries != 200000 {
-		t.Fatalf("xl_sources missing or not sized by source_table_size: %+v", sources)
+	// 200000 sources rounded up to 262144 ways, 65536 sets of four.
+	if sources == nil || sources.MaxEntries != 65536 {
+		t.Fatalf("xl_src_table missing or not sized by source_table_size: %+v", sources)
 	}
-	// 200000 entries of 112 B plus 262144 buckets of 16 B.
-	if want := uint64(200000*112 + 262144*16); sources.EstimateBytes != want {
-		t.Errorf("xl_sources estimate %d B, want %d", sources.EstimateBytes, want)
+	// 65536 sets of 128 B (xl_src_exts again as much).
+	if want := uint64(65536 * 128); sources.EstimateBytes != want {
+		t.Errorf("xl_src_table estimate %d B, want %d", sources.EstimateBytes, want)
 	}
 	if sum != mem.MemlockBytes || mem.MemlockBytes < sources.EstimateBytes {
 		t.Errorf("total memlock %d B: maps add up to %d B, the per-source table alone is %d B", mem.MemlockBytes, sum, sources.EstimateBytes)
 	}
 	text, err := e.xlimit("status", "--iface", e.lab.ServerIf)
-	if err != nil || !strings.Contains(string(text), "memory: ") || !strings.Contains(string(text), "xl_sources") {
+	if err != nil || !strings.Contains(string(text), "memory: ") || !strings.Contains(string(text), "xl_src_table") {
 		t.Errorf("status text has no memory line (%v):\n%s", err, text)
 	}
 	t.Logf("e2e bounds: xlimit status:\n%s", text)
 
-	big := e.writeRules("big.yaml", "source_table_size: 16777216\n"+limitRules())
+	big := e.writeRules("big.yaml", "source_table_size: 33554432\n"+limitRules())
 	out, err = exec.Command(xlimitBin, "check", big).CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Errorf("check of a file over the memory ceiling: %v, want exit status 1:\n%s", err, out)
 	}
 	t.Logf("e2e bounds: xlimit check %s:\n%s", filepath.Base(big), out)
-	if want := filepath.Base(big) + ":1: source_table_size: the per-source table of 16777216 entries"; !strings.Contains(string(out), want) {
+	if want := filepath.Base(big) + ":1: source_table_size: the per-source table of 33554432 entries"; !strings.Contains(string(out), want) {
 		t.Errorf("check output lacks %q:\n%s", want, out)
 	}
 }

@@ -39,7 +39,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&o.Period, "control-period", 50*time.Millisecond, "control loop period (10ms to 500ms)")
 	fs.DurationVar(&o.FailStatic, "fail-static-after", time.Second, "how long a rate from the control loop stays in force without a refresh; then the static rate applies (at most 1m)")
-	fs.IntVar(&o.SourceTableSize, "source-table-size", 0, "per-source LRU table size (overrides source_table_size in the file)")
+	fs.IntVar(&o.SourceTableSize, "source-table-size", 0, "per-source table size in sources (overrides source_table_size in the file)")
 	fs.StringVar(&o.RulesSource, "rules-source", "", "follow the rules in Redis: redis://HOST:PORT/DB or unix:///PATH?key=xlimit:rules&channel=xlimit:rules&resync=30s;\n--config is then optional bootstrap rules (see docs/fleet.md)")
 	fs.StringVar(&o.RulesSourcePasswordFile, "rules-source-password-file", "", "file holding the rules source's password (default: $XLIMIT_RULES_SOURCE_PASSWORD; never in the URL)")
 	fs.IPNetSliceVar(&probeAllow, "probe-allow", nil, "prefix that adaptive rules' probes may reach besides loopback and this host's addresses (repeatable)")

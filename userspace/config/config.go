@@ -194,7 +194,8 @@ type Config struct {
 	Allow, Deny []netip.Prefix
 	// Malformed is the verdict for malformed or truncated frames.
 	Malformed Verdict
-	// SourceTableSize is the size of the per-source LRU map.
+	// SourceTableSize is the number of per-source buckets (bpf/source.h's
+	// table, rounded up to a power of two).
 	SourceTableSize int
 	Rules           []Rule
 	// System is the host-wide protection, nil when absent.

@@ -496,7 +496,7 @@ func TestErrors(t *testing.T) {
 		{"breaker min requests", rule("circuit_breaker: {error_ratio: 0.5, min_requests: 0}"), []wantErr{{5, "rules[0].circuit_breaker.min_requests", "must be between 1 and"}}},
 		{"system cpu", doc("system: {cpu_high: 1.5}"), []wantErr{{1, "system.cpu_high", "must be in (0, 1]"}}},
 		{"system empty", doc("system: {}"), []wantErr{{1, "system.cpu_high", "required"}}},
-		{"source table size", doc("source_table_size: 0"), []wantErr{{1, "source_table_size", "must be between 1 and 16777216, got 0"}}},
+		{"source table size", doc("source_table_size: 0"), []wantErr{{1, "source_table_size", "must be between 1 and 33554432, got 0"}}},
 		{"interfaces", doc("interfaces:", "  - eth0", "  - averyveryverylongname", "  - eth0", "  - a/b", `  - "e th"`, `  - ""`), []wantErr{
 			{3, "interfaces[1]", "longer than 15 bytes"},
 			{4, "interfaces[2]", `duplicate interface "eth0" (first at line 2)`},

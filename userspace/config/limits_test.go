@@ -41,9 +41,9 @@ func TestLimits(t *testing.T) {
 			"rules:\n  - &base {name: a, protocol: udp, rate: 10, sources: [\"192.0.2.0/24\"]}\n  - <<: *base\n    name: b\n    sources: [\"192.0.3.0/24\"]\n",
 			MaxPrefixes + 5, "rules[1].sources[0]: more than 65536 distinct IPv4 prefixes"},
 		{"IPv6 is a table of its own", "allow:\n" + hosts(MaxPrefixes, 0) + "deny: [\"2001:db8::/32\"]\n" + rule, 0, ""},
-		{"largest table that fits", "source_table_size: 8000000\n" + rule, 0, ""},
-		{"table over the memory ceiling", "source_table_size: 16777216\n" + rule, 1,
-			"source_table_size: the per-source table of 16777216 entries and the prefix tables need an estimated 2048 MiB of kernel memory per interface, more than the ceiling of 1024 MiB: at most 8388608 entries fit"},
+		{"largest table that fits", "source_table_size: 16000000\n" + rule, 0, ""},
+		{"table over the memory ceiling", "source_table_size: 33554432\n" + rule, 1,
+			"source_table_size: the per-source table of 33554432 entries and the prefix tables need an estimated 2048 MiB of kernel memory per interface, more than the ceiling of 1024 MiB: at most 16777216 entries fit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

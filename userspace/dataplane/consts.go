@@ -29,10 +29,6 @@ const (
 	// BatchNS is how much time's worth of its rate a CPU's token cache
 	// borrows from a rule's shared bucket at once (bucket.h).
 	BatchNS = 50000
-	// SrcPromoteNS: a source the per-source front only saw that comes back
-	// within this long after its way's TAT gets its table entry
-	// (bpf/types.h, XL_SRC_PROMOTE_NS).
-	SrcPromoteNS = BatchNS
 	// SkipDrops is how many drops a CPU's cache makes without reading the
 	// clock after a read found its bucket empty, within one tick
 	// (bucket.h, XL_SKIP_DROPS).

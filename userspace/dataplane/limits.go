@@ -15,23 +15,24 @@ const (
 	// generations share a trie, and during a reload both are full.
 	PrefixTrieEntries = Generations * MaxPrefixes
 
-	// DefaultSourceTableSize and MaxSourceTableSize bound max_entries of
-	// the per-source LRU table (source_table_size).
+	// DefaultSourceTableSize and MaxSourceTableSize bound the ways of the
+	// per-source table (source_table_size; SrcSets rounds it up to a
+	// power of two).
 	DefaultSourceTableSize = 65536
-	MaxSourceTableSize     = 1 << 24
+	MaxSourceTableSize     = 1 << 25
 
 	// MaxMapMemory is the ceiling on ConfigMapBytes, the estimated kernel
-	// memory of the maps a rules file sizes, per interface: 1 GiB, about
-	// 8.3 million per-source entries.
+	// memory of the maps a rules file sizes, per interface: 1 GiB, a
+	// per-source table of 2^24 entries (64 B each) less the tries.
 	MaxMapMemory = 1 << 30
 )
 
-// Key and value sizes of the maps a rules file sizes (struct
-// xl_source_key, xl_source, xl_lpm4_key, xl_lpm6_key, xl_prefix). maps
-// checks them against the compiled program.
+// Key and value sizes of the maps a rules file sizes (struct xl_src_set,
+// xl_src_ext_set, xl_lpm4_key, xl_lpm6_key, xl_prefix). maps checks them
+// against the compiled program.
 const (
-	SourceKeySize   = 24
-	SourceValueSize = 40
+	SrcSetSize      = SrcWays * 32
+	SrcExtSetSize   = SrcWays * 32
 	LPM4KeySize     = 12
 	LPM6KeySize     = 24
 	PrefixValueSize = 16
@@ -99,14 +100,16 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 }
 
 // ConfigMapBytes estimates the kernel memory of the maps a rules file
-// sizes: the per-source table of sourceTableSize entries and the prefix
+// sizes: the per-source table of sourceTableSize entries (its sets of ways
+// and their rests, 64 B an entry after SrcSets' rounding) and the prefix
 // tries with prefixes4 and prefixes6 distinct prefixes in each of the two
 // generations (as during a reload). The other maps have fixed sizes (about
 // 2.7 MiB, the 32 KiB source prefilter and the 1 MiB of the host-address
 // map's buckets included, plus the per-CPU counters and 88 bytes per host
 // address); `xlimit status` reports them all.
 func ConfigMapBytes(sourceTableSize, prefixes4, prefixes6 int) uint64 {
-	return MapBytes(MapLRUHash, SourceKeySize, SourceValueSize, uint32(sourceTableSize), sourceTableSize, 0) +
+	sets := uint32(SrcSets(sourceTableSize))
+	return MapBytes(MapArray, 4, SrcSetSize, sets, 0, 0) + MapBytes(MapArray, 4, SrcExtSetSize, sets, 0, 0) +
 		MapBytes(MapLPMTrie, LPM4KeySize, PrefixValueSize, PrefixTrieEntries, Generations*prefixes4, 0) +
 		MapBytes(MapLPMTrie, LPM6KeySize, PrefixValueSize, PrefixTrieEntries, Generations*prefixes6, 0)
 }

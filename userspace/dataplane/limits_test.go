@@ -3,16 +3,24 @@ package dataplane
 import "testing"
 
 func TestConfigMapBytes(t *testing.T) {
-	// The per-source table dominates: 128 B an entry (48 B of element
-	// header, 24 B key, 40 B value, 16 B of bucket).
-	if got, want := ConfigMapBytes(DefaultSourceTableSize, 0, 0), uint64(DefaultSourceTableSize*128); got != want {
+	// The per-source table dominates: 64 B an entry (a 32-byte way and
+	// its 32-byte rest), the entries rounded up to a power of two.
+	if got, want := ConfigMapBytes(DefaultSourceTableSize, 0, 0), uint64(DefaultSourceTableSize*64); got != want {
 		t.Errorf("default table: %d B, want %d", got, want)
+	}
+	if got, want := ConfigMapBytes(100000, 0, 0), uint64(131072*64); got != want {
+		t.Errorf("a table of 100000: %d B, want %d (131072 entries)", got, want)
+	}
+	for _, c := range []struct{ size, sets int }{{0, 16384}, {1, 1}, {4, 1}, {5, 2}, {65536, 16384}, {65537, 32768}} {
+		if got := SrcSets(c.size); got != c.sets {
+			t.Errorf("SrcSets(%d) = %d, want %d", c.size, got, c.sets)
+		}
 	}
 	if got := ConfigMapBytes(DefaultSourceTableSize, MaxPrefixes, MaxPrefixes); got > MaxMapMemory {
 		t.Errorf("the default table with full tries (%d B) is over the ceiling", got)
 	}
-	if got := ConfigMapBytes(MaxSourceTableSize, 0, 0); got <= MaxMapMemory {
-		t.Errorf("the largest table (%d B) fits the ceiling: the ceiling checks nothing", got)
+	if got := ConfigMapBytes(MaxSourceTableSize, 1, 1); got <= MaxMapMemory {
+		t.Errorf("the largest table with a prefix of each family (%d B) fits the ceiling: the ceiling checks nothing", got)
 	}
 	// Tries: both generations of every prefix, node + key bits + value.
 	if got, want := ConfigMapBytes(1, 10, 0)-ConfigMapBytes(1, 0, 0), uint64(2*10*(40+8+16)); got != want {

@@ -11,15 +11,17 @@ type Model struct {
 	Limits  [MaxRules]Limit
 	buckets [MaxRules]bucketState
 	caches  [MaxRules]Cache
-	sources map[SourceKey]*SourceState
+	// SrcSets and SrcSeed are the per-source table's sets and hash key
+	// (srctable.go): the kernel's (maps' Objects.SourceSets and
+	// Tables.SourceSeed). SrcSets 0: the default table's.
+	SrcSets int
+	SrcSeed uint32
+	sources srcTable
 	// srcCredits is the CPU's credit for the source it last admitted for
 	// each rule (struct xl_src_credit).
 	srcCredits [MaxRules]srcCredit
-	// front is the CPU's front of the per-source table (srcfront.go),
-	// made on first use.
-	front    *srcFront
-	frags    map[FragKey]*fragState
-	resetTAT uint64 // the reset bucket of all rules (xl_reset_budget)
+	frags      map[FragKey]*fragState
+	resetTAT   uint64 // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
 	cookieBudgetTAT uint64
@@ -99,11 +101,15 @@ func (m *Model) floodNote(r *Rule, slot int, pkt *Packet, mask uint64, lim *Limi
 // srcCreditReturn is the Go model of source.h's xl_src_credit_return:
 // the credit goes back to its source's bucket, when that is still the
 // rule's.
-func (m *Model) srcCreditReturn(cr *srcCredit, tol uint64) {
+func (m *Model) srcCreditReturn(cr *srcCredit, r *Rule) {
 	credit := cr.credit
 	cr.credit = 0
-	if s, ok := m.sources[cr.key]; ok && credit != 0 && s.Epoch == cr.epoch && cr.tol == tol && s.Units == UnitsCode(tol) {
-		s.TAT -= credit
+	if credit == 0 {
+		return
+	}
+	w, _ := m.srcLocate(cr.key, r, 0, false)
+	if w != nil && w.Epoch == cr.epoch && cr.tol == r.Source.Tol && w.Units == UnitsCode(r.Source.Tol) {
+		w.TAT -= credit
 	}
 }
 
@@ -590,12 +596,9 @@ type srcCredit struct {
 	epoch     uint32
 }
 
-// sourceAdmit is the Go model of source.h's xl_source_admit (with a table
-// that never evicts), its credit included.
+// sourceAdmit is the Go model of source.h's xl_source_admit_in, its
+// credit and its table (srctable.go) included.
 func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
-	if m.sources == nil {
-		m.sources = make(map[SourceKey]*SourceState)
-	}
 	b := r.Source
 	inc := b.Inc(1)
 	k := NewSourceKey(r, slot, pkt)
@@ -609,25 +612,14 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		return true
 	}
 	now := nowNS << TimeShift
-	s, ok := m.sources[k]
-	if !ok {
-		tat, taken := m.frontSeen(r, k, now, inc)
-		if taken {
-			if !same {
-				m.srcCreditName(cr, k, r, b)
-			}
-			return true
-		}
-		s = &SourceState{TAT: tat, Units: UnitsCode(b.Tol), Epoch: r.Epoch}
-		m.sources[k] = s
-	}
+	s, x := m.srcLocate(k, r, now, true)
 	if s.Epoch != r.Epoch {
-		*s = SourceState{TAT: now, Units: UnitsCode(b.Tol), Epoch: r.Epoch}
+		s.TAT, s.Units, s.Drops, s.Epoch = now, UnitsCode(b.Tol), 0, r.Epoch
+		s.Meta &^= SrcBanned
 	}
 	srcUnitsClaim(&s.Units, &s.TAT, b.Tol, now)
-	if int64(s.TAT-now) <= 0 {
-		s.OverSinceNS = 0
-	}
+	refilled := int64(s.TAT-now) <= 0
+	var ok bool
 	if same {
 		batch := min(uint64(BatchNS)<<TimeShift, b.Tol/4)
 		need := inc - cr.credit
@@ -641,23 +633,9 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		ok = b.GCRA(&s.TAT, nowNS, 1)
 	}
 	if r.Flags&RuleBan != 0 {
-		switch {
-		case s.BannedUntilNS != 0 && nowNS < s.BannedUntilNS:
-			ok = false
-		case s.BannedUntilNS != 0 && !ok:
-			s.BannedUntilNS = nowNS + r.BanNS
-		case s.BannedUntilNS != 0:
-			s.BannedUntilNS = 0
-		case !ok:
-			if s.OverSinceNS == 0 {
-				s.OverSinceNS = nowNS
-			}
-			if nowNS-s.OverSinceNS >= r.BanAfterNS {
-				s.BannedUntilNS = nowNS + r.BanNS
-			}
-		}
+		ok = srcBan(s, x, k, r, nowNS, ok, refilled)
 	}
-	if !ok {
+	if !ok && s.Drops < SrcDropsMax {
 		s.Drops++
 	}
 	return ok
@@ -669,6 +647,6 @@ func (m *Model) srcCreditName(cr *srcCredit, k SourceKey, r *Rule, b Bucket) {
 	if cr == nil {
 		return
 	}
-	m.srcCreditReturn(cr, r.Source.Tol)
+	m.srcCreditReturn(cr, r)
 	*cr = srcCredit{key: k, epoch: r.Epoch, mult: b.Mult, tol: b.Tol}
 }
