@@ -119,82 +119,157 @@ static __always_inline __u32 xl_src_hash(const struct xl_source_key *k, __u32 se
 	return h;
 }
 
-/* Finds the way of key k in xl_src_table.
- * With claim, a key the set does not hold takes a way, written as a full
- * bucket of rule r at now_u: an empty way first, else the one whose bucket
- * is nearest full (the least TAT; a source under a ban last), so what the
- * set forgets is what costs least: nothing for a source whose bucket has
- * refilled, at most its TAT's lead over now for the others (a source
- * evicted before its bucket refilled is admitted that much early, at most
- * its burst; one seen once, as a spoofed source is, owes one packet).
- * Inlined (a call more would pass the stack 6.1 allows the programs'
- * chains of calls); its place is written off the
- * stack (xl_src_scratch): loc[0] is the set, the lookups' key, and
- * loc[1] the way. Returns the way, or NULL.
- *
- * Races: a claim writes its way with plain stores, meta last; a CPU that
- * reads the way meanwhile may match it with another key's TAT, or two CPUs
- * claim one way for two sources and one is charged with the other's first
- * packet: either way one source's bucket errs by a packet. */
-static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_key *k,
-							const struct xl_rule *r, __u64 now_u,
-							__u32 seed, __u32 claim, __u32 *loc)
+/* Key k's two sets under seed: loc[0] its first, loc[1] its second,
+ * another set (the same only in a table of one set). */
+static __always_inline void xl_src_sets(const struct xl_source_key *k, __u32 seed, __u32 *loc)
 {
-	loc[0] = xl_src_hash(k, seed) & (xl_cfg_src_sets - 1);
-	struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, loc);
-	if (!s)
-		return NULL;
-	struct xl_src_ext_set *es = NULL;
-	if (xl_src_long(k)) {
-		es = bpf_map_lookup_elem(&xl_src_exts, loc);
-		if (!es)
-			return NULL;
-	}
+	__u32 mask = xl_cfg_src_sets - 1;
+	__u32 h = xl_src_hash(k, seed);
+	__u32 g = h * 0x9e3779b1u;
+	loc[0] = h & mask;
+	loc[1] = (g ^ (g >> 16)) & mask;
+	if (loc[1] == loc[0])
+		loc[1] = (loc[0] + 1) & mask;
+}
+
+/* The way of set s that holds key k (es: the set's rests, for a key longer
+ * than a way holds), or -1. */
+static __always_inline int xl_src_find_in(const struct xl_src_set *s,
+					  const struct xl_src_ext_set *es,
+					  const struct xl_source_key *k)
+{
 	__u64 hi = *(const __u64 *)&k->addr[0];
 #pragma unroll
 	for (int i = 0; i < XL_SRC_WAYS; i++) {
-		struct xl_src_way *w = &s->way[i];
+		const struct xl_src_way *w = &s->way[i];
 		if (w->addr == hi && (w->meta & ~XL_SRC_BANNED) == xl_src_meta(k) &&
 		    (!es || (es->ext[i].addr == *(const __u64 *)&k->addr[8] &&
-			     es->ext[i].meta == xl_src_meta(k)))) {
-			loc[1] = i;
-			return w;
-		}
+			     es->ext[i].meta == xl_src_meta(k))))
+			return i;
 	}
-	if (!claim)
-		return NULL;
-	if (!es &&
-	    ((s->way[0].meta | s->way[1].meta | s->way[2].meta | s->way[3].meta) & XL_SRC_BANNED)) {
-		/* Their rests say till when their bans last. */
-		es = bpf_map_lookup_elem(&xl_src_exts, loc);
-		if (!es)
-			return NULL;
-	}
+	return -1;
+}
+
+/* The way of set s whose loss costs least at now_u, and in *lead how much
+ * its source owes (its TAT's lead over now): an empty way first, a source
+ * under a ban last (es: the set's rests, which say till when; NULL when
+ * the set has none). */
+static __always_inline int xl_src_victim(const struct xl_src_set *s,
+					 const struct xl_src_ext_set *es, __u64 now_u, __s64 *lead)
+{
 	int v = 0;
 	__s64 least = 0x7fffffffffffffffLL;
 #pragma unroll
 	for (int i = 0; i < XL_SRC_WAYS; i++) {
-		struct xl_src_way *w = &s->way[i];
-		__s64 lead = !w->meta ? -0x7fffffffffffffffLL : (__s64)(w->tat - now_u);
+		const struct xl_src_way *w = &s->way[i];
+		__s64 l = !w->meta ? -0x7fffffffffffffffLL : (__s64)(w->tat - now_u);
 		if ((w->meta & XL_SRC_BANNED) && es &&
 		    es->ext[i].banned_until_ns > now_u >> XL_TIME_SHIFT)
-			lead = 0x7ffffffffffffffeLL;
-		if (lead < least) {
-			least = lead;
+			l = 0x7ffffffffffffffeLL;
+		if (l < least) {
+			least = l;
 			v = i;
 		}
 	}
-	v &= XL_SRC_WAYS - 1;
-	loc[1] = v;
-	struct xl_src_way *w = &s->way[v];
+	*lead = least;
+	return v & (XL_SRC_WAYS - 1);
+}
+
+/* Whether a way of set s holds a source under a ban. */
+static __always_inline int xl_src_any_banned(const struct xl_src_set *s)
+{
+	return (s->way[0].meta | s->way[1].meta | s->way[2].meta | s->way[3].meta) & XL_SRC_BANNED;
+}
+
+/* Finds the way of key k in xl_src_table: in its first set, else in its
+ * second (xl_src_sets: two choices, so that a set that more sources hash
+ * to than it has ways spills into another rather than forgetting one;
+ * with four ways a set, a table holds nearly as many sources as it has
+ * ways before it forgets any). With claim, a key neither set holds takes
+ * a way, written as a full bucket of rule r at now_u: the one whose loss
+ * costs least (xl_src_victim) of its first set, unless that owes something
+ * and its second set's owes less. What the table forgets is what costs
+ * least: nothing for a source whose bucket has refilled, at most its TAT's
+ * lead over now for the others (a source forgotten before its bucket
+ * refilled is admitted that much early, at most its burst; one seen once,
+ * as a spoofed source is, owes one packet).
+ *
+ * Inlined (a call more would pass the stack 6.1 allows the programs'
+ * chains of calls), its place written off the stack (xl_src_scratch):
+ * loc[0] the set, the lookups' key, loc[2] the way (loc[1] the second
+ * set's key meanwhile). Returns the way, or NULL.
+ *
+ * Races: a claim writes its way with plain stores, meta last; a CPU that
+ * reads the way meanwhile may match it with another key's TAT, or two CPUs
+ * claim one way for two sources, or one source twice in its two sets, and
+ * one is charged with the other's first packet: either way one source's
+ * bucket errs by a packet. */
+static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_key *k,
+							const struct xl_rule *r, __u64 now_u,
+							__u32 seed, __u32 claim, __u32 *loc)
+{
+	xl_src_sets(k, seed, loc);
+	int lng = xl_src_long(k);
+	/* Loops, not unrolled: the compiler keeps one set's values at a time
+	 * in registers, not both sets' on the stack. */
+#pragma nounroll
+	for (int t = 0; t < 2; t++) {
+		struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &loc[t]);
+		if (!s)
+			return NULL;
+		struct xl_src_ext_set *es = NULL;
+		if (lng) {
+			es = bpf_map_lookup_elem(&xl_src_exts, &loc[t]);
+			if (!es)
+				return NULL;
+		}
+		int i = xl_src_find_in(s, es, k);
+		if (i >= 0) {
+			loc[0] = loc[t];
+			loc[2] = i;
+			return &s->way[i & (XL_SRC_WAYS - 1)];
+		}
+	}
+	if (!claim)
+		return NULL;
+	__s64 best = 0;
+	int in = 0;
+#pragma nounroll
+	for (int t = 0; t < 2; t++) {
+		struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &loc[t]);
+		if (!s)
+			return NULL;
+		struct xl_src_ext_set *es = NULL;
+		/* Their rests say till when their bans last. */
+		if (xl_src_any_banned(s)) {
+			es = bpf_map_lookup_elem(&xl_src_exts, &loc[t]);
+			if (!es)
+				return NULL;
+		}
+		__s64 lead;
+		int v = xl_src_victim(s, es, now_u, &lead);
+		if (!t || (best > 0 && lead < best)) {
+			best = lead;
+			in = t;
+			loc[2] = v;
+		}
+	}
+	loc[0] = loc[in & 1];
+	struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &loc[0]);
+	if (!s)
+		return NULL;
+	struct xl_src_way *w = &s->way[loc[2] & (XL_SRC_WAYS - 1)];
 	w->meta = 0;
-	w->addr = hi;
+	w->addr = *(const __u64 *)&k->addr[0];
 	w->tat = now_u;
 	w->units = r->source_units;
 	w->epoch = r->epoch;
 	w->drops = 0;
-	if (es && xl_src_long(k)) {
-		struct xl_src_ext *x = &es->ext[v];
+	if (lng) {
+		struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, &loc[0]);
+		if (!es)
+			return NULL;
+		struct xl_src_ext *x = &es->ext[loc[2] & (XL_SRC_WAYS - 1)];
 		__u64 lo = *(const __u64 *)&k->addr[8];
 		if (x->addr != lo || x->meta != xl_src_meta(k)) {
 			/* Another source's: its ban is not this one's. */
@@ -267,7 +342,7 @@ static __always_inline int xl_src_ban(struct xl_src_way *w, struct xl_src_scratc
 	struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, sc->loc);
 	if (!es)
 		return ok;
-	struct xl_src_ext *x = &es->ext[sc->loc[1] & (XL_SRC_WAYS - 1)];
+	struct xl_src_ext *x = &es->ext[sc->loc[2] & (XL_SRC_WAYS - 1)];
 	__u32 meta = xl_src_meta(k);
 	__u64 addr = xl_src_long(k) ? *(const __u64 *)&k->addr[8] : w->addr;
 	if (x->meta != meta || x->addr != addr || x->epoch != w->epoch) {

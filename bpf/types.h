@@ -387,8 +387,8 @@ struct xl_src_ext_set {
  * bytes). */
 struct xl_src_scratch {
 	struct xl_source_key key;
-	__u32 loc[2];	/* the key's set (the table's lookup key) and way */
-	__u32 cloc[2];	/* those of the source a credit returns to */
+	__u32 loc[3];	/* the key's set (the lookups' key), its second set, its way */
+	__u32 cloc[3];	/* those of the source a credit returns to */
 	__u32 gen;	/* the generation whose seed is read */
 	__u32 refilled; /* the source's bucket was full before the packet */
 };

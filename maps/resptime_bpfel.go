@@ -258,8 +258,8 @@ type resptimeXlSrcScratch struct {
 		Pad       uint16
 		Addr      [16]uint8
 	}
-	Loc      [2]uint32
-	Cloc     [2]uint32
+	Loc      [3]uint32
+	Cloc     [3]uint32
 	Gen      uint32
 	Refilled uint32
 }

@@ -58,12 +58,14 @@ func TestSourceTable(t *testing.T) {
 		psCompareCounters(t, h)
 	})
 
-	// Four sources that share one set of four ways, each at three times
-	// its limit, interleaved: each keeps its way and is held to its limit.
-	t.Run("full set", func(t *testing.T) {
-		h := newPSHarness(t, 0)
+	// Eight sources that share their two sets (eight ways: a table of 64,
+	// 16 sets), each at three times its limit, interleaved: each keeps a
+	// way and is held to its limit (with one set each, four of them would
+	// take each other's ways).
+	t.Run("full sets", func(t *testing.T) {
+		h := newPSHarness(t, 64)
 		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, ps)}}, nil))
-		srcs := sameSet(h, h.slot(t, "r"), netip.MustParseAddr("198.51.100.1"), 32, dataplane.SrcWays)
+		srcs := sameSets(h, h.slot(t, "r"), netip.MustParseAddr("198.51.100.1"), 32, 2*dataplane.SrcWays)
 		admitted := make([]int, len(srcs))
 		const steps = 300 // 10 s: each source every 33 ms, 30/s against 10/s
 		for k := range steps {
@@ -84,23 +86,23 @@ func TestSourceTable(t *testing.T) {
 		psCompareCounters(t, h)
 	})
 
-	// A source over its limit shares its set with a spoofed flood: three
-	// new sources between any two of its packets, all in its set. Each
-	// new source owes one packet; the heavy one owes more (burst 4), so
-	// the flood takes the other ways and never its: it stays held to its
-	// limit. With a burst of 1 it owes as little as a new source and is
-	// taken too: it is admitted early, as the table's bound says, which
-	// the model agrees with packet by packet.
+	// A source over its limit shares its two sets with a spoofed flood
+	// (a table of 64): three new sources between any two of its packets,
+	// all in its sets. Each new source owes one packet; the heavy one
+	// owes more (burst 4), so the flood takes the other ways and never
+	// its: it stays held to its limit. With a burst of 1 it owes as little
+	// as a new source and is taken too: it is admitted early, as the
+	// table's bound says, which the model agrees with packet by packet.
 	t.Run("flood in the set", func(t *testing.T) {
 		for _, c := range []struct {
 			burst float64
 			held  bool
 		}{{4, true}, {1, false}} {
-			h := newPSHarness(t, 0)
+			h := newPSHarness(t, 64)
 			spec := dataplane.PerSourceSpec{Rate: 10, Burst: c.burst, PrefixV4: 32, PrefixV6: 64}
 			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, spec)}}, nil))
 			slot := h.slot(t, "r")
-			flood := sameSet(h, slot, x, 32, 600)[1:]
+			flood := sameSets(h, slot, x, 32, 600)[1:]
 			heavy, spoofed := 0, 0
 			const steps = 200 // 6 s: the heavy source every 30 ms, 33/s against 10/s
 			for k := range steps {
@@ -125,10 +127,10 @@ func TestSourceTable(t *testing.T) {
 	})
 
 	// A banned source keeps its way while its ban lasts, whatever comes
-	// into its set (a source under a ban is the last its set gives up):
-	// it stays banned; after the ban its way is as any other's.
+	// into its sets (a source under a ban is the last its set gives up; a
+	// table of 64): it stays banned.
 	t.Run("banned kept", func(t *testing.T) {
-		h := newPSHarness(t, 0)
+		h := newPSHarness(t, 64)
 		ban := dataplane.PerSourceSpec{Rate: 10, Burst: 2, PrefixV4: 32, PrefixV6: 64,
 			BanAfter: 100 * time.Millisecond, BanDuration: 2 * time.Second}
 		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, ban)}}, nil))
@@ -142,7 +144,7 @@ func TestSourceTable(t *testing.T) {
 		if !ok || e.BannedUntilNS <= now {
 			t.Fatalf("not banned after 300 ms at 30 times its rate: %+v", e)
 		}
-		flood := sameSet(h, slot, x, 32, 200)[1:]
+		flood := sameSets(h, slot, x, 32, 200)[1:]
 		for i, a := range flood {
 			h.run(t, build(udpTo(a, 53)), now+uint64(i)*psMS)
 		}
@@ -183,9 +185,9 @@ func TestSourceTable(t *testing.T) {
 
 	// A trace of sources of every kind, with reloads: a flood of sources
 	// that never come back, sources that come back at gaps around the
-	// emission interval, sources over their limit, six sources that share
-	// one set of four ways, IPv4 and IPv6; kernel and model agree on every
-	// verdict, every counter and the table.
+	// emission interval, sources over their limit, ten sources that share
+	// their two sets (eight ways), IPv4 and IPv6; kernel and model agree on
+	// every verdict, every counter and the table.
 	t.Run("differential", func(t *testing.T) {
 		h := newPSHarness(t, 256)
 		spec := &dataplane.Spec{Rules: []dataplane.RuleSpec{
@@ -195,7 +197,7 @@ func TestSourceTable(t *testing.T) {
 		h.apply(t, compile(t, spec, nil))
 		rng := rand.New(rand.NewPCG(28, 1))
 		gen := newPSSourceGen(28)
-		same := sameSet(h, h.slot(t, "a"), netip.MustParseAddr("198.51.100.1"), 32, 6)
+		same := sameSets(h, h.slot(t, "a"), netip.MustParseAddr("198.51.100.1"), 32, 10)
 		var steady []netip.Addr
 		for range 40 {
 			steady = append(steady, gen.fresh())
@@ -267,17 +269,19 @@ func TestSourceSeedKept(t *testing.T) {
 	}
 }
 
-// sameSet returns n sources (a first) that take one set of the table for
-// a rule in slot, under the kernel's seed: addresses counted up from a.
-func sameSet(h *harness, slot int, a netip.Addr, plen, n int) []netip.Addr {
-	set := func(a netip.Addr) uint32 {
+// sameSets returns n sources (a first) whose two sets (dataplane.SrcSetsOf)
+// are a's two, in either order, for a rule in slot under the kernel's seed
+// and sets: addresses counted up from a. They share eight ways.
+func sameSets(h *harness, slot int, a netip.Addr, plen, n int) []netip.Addr {
+	sets := func(a netip.Addr) [2]uint32 {
 		k := psKey(Source{Slot: slot, Prefix: netip.PrefixFrom(a, plen).Masked()})
-		return dataplane.SrcHash(k, h.model.SrcSeed) & uint32(h.model.SrcSets-1)
+		x, y := dataplane.SrcSetsOf(k, h.model.SrcSeed, h.model.SrcSets)
+		return [2]uint32{min(x, y), max(x, y)}
 	}
-	want := set(a)
+	want := sets(a)
 	out := []netip.Addr{a}
 	for b := a.Next(); len(out) < n; b = b.Next() {
-		if set(b) == want {
+		if sets(b) == want {
 			out = append(out, b)
 		}
 	}

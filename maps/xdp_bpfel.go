@@ -391,8 +391,8 @@ type xdpXlSrcExtSet struct {
 type xdpXlSrcScratch struct {
 	_        structs.HostLayout
 	Key      xdpXlSourceKey
-	Loc      [2]uint32
-	Cloc     [2]uint32
+	Loc      [3]uint32
+	Cloc     [3]uint32
 	Gen      uint32
 	Refilled uint32
 }

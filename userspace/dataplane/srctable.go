@@ -8,7 +8,8 @@ import (
 )
 
 // The per-source table (bpf/source.h, xl_src_table and xl_src_exts): sets
-// of SrcWays ways, a set picked by SrcHash under the table's seed.
+// of SrcWays ways; a source lives in one of its two sets (SrcSetsOf, by
+// SrcHash under the table's seed).
 const (
 	SrcWays = 4
 	// SrcBanned marks a banned source's way (xl_src_way.meta,
@@ -107,9 +108,23 @@ type srcSet struct {
 // srcTable is the model's per-source table: the sets in use.
 type srcTable map[uint32]*srcSet
 
+// SrcSetsOf is the Go model of source.h's xl_src_sets: key k's first
+// and second set under seed in a table of sets sets (a power of two).
+func SrcSetsOf(k SourceKey, seed uint32, sets int) (first, second uint32) {
+	mask := uint32(sets - 1)
+	h := SrcHash(k, seed)
+	g := h * 0x9e3779b1
+	first, second = h&mask, (g^g>>16)&mask
+	if second == first {
+		second = (first + 1) & mask
+	}
+	return first, second
+}
+
 // srcLocate is the Go model of source.h's xl_src_locate: the way of key k
-// and its rest, claimed (with claim) as a full bucket of rule r at now
-// (2^-6 ns) when its set does not hold it; nil without claim then.
+// and its rest, in its first set or else its second, claimed (with claim)
+// as a full bucket of rule r at now (2^-6 ns) when neither holds it; nil
+// without claim then.
 func (m *Model) srcLocate(k SourceKey, r *Rule, now uint64, claim bool) (*SrcWay, *SrcExt) {
 	if m.sources == nil {
 		m.sources = srcTable{}
@@ -122,21 +137,49 @@ func (m *Model) srcLocate(k SourceKey, r *Rule, now uint64, claim bool) (*SrcWay
 	hi := binary.LittleEndian.Uint64(k.Addr[:8])
 	lo := binary.LittleEndian.Uint64(k.Addr[8:])
 	long := srcLong(k)
-	idx := SrcHash(k, m.SrcSeed) & uint32(sets-1)
-	set := m.sources[idx]
-	if set == nil {
-		set = new(srcSet)
-		m.sources[idx] = set
-	}
-	for i := range set.ways {
-		w, x := &set.ways[i], &set.exts[i]
-		if w.Addr == hi && w.Meta&^SrcBanned == meta && (!long || (x.Addr == lo && x.Meta == meta)) {
-			return w, x
+	a, b := SrcSetsOf(k, m.SrcSeed, sets)
+	two := [2]*srcSet{m.srcSet(a), m.srcSet(b)}
+	for _, set := range two {
+		for i := range set.ways {
+			w, x := &set.ways[i], &set.exts[i]
+			if w.Addr == hi && w.Meta&^SrcBanned == meta && (!long || (x.Addr == lo && x.Meta == meta)) {
+				return w, x
+			}
 		}
 	}
 	if !claim {
 		return nil, nil
 	}
+	var best int64
+	in, v := 0, 0
+	for t, set := range two {
+		vt, lead := srcVictim(set, now)
+		if t == 0 || (best > 0 && lead < best) {
+			best, in, v = lead, t, vt
+		}
+	}
+	set := two[in]
+	w, x := &set.ways[v], &set.exts[v]
+	*w = SrcWay{Addr: hi, Meta: meta, TAT: now, Units: UnitsCode(r.Source.Tol), Epoch: r.Epoch}
+	if long && (x.Addr != lo || x.Meta != meta) {
+		*x = SrcExt{Addr: lo, Meta: meta, Epoch: x.Epoch}
+	}
+	return w, x
+}
+
+// srcSet is the model's set i, made on first use.
+func (m *Model) srcSet(i uint32) *srcSet {
+	set := m.sources[i]
+	if set == nil {
+		set = new(srcSet)
+		m.sources[i] = set
+	}
+	return set
+}
+
+// srcVictim is the Go model of source.h's xl_src_victim: the way of set
+// whose loss costs least at now, and how much its source owes.
+func srcVictim(set *srcSet, now uint64) (int, int64) {
 	v, least := 0, int64(math.MaxInt64)
 	for i := range set.ways {
 		w := &set.ways[i]
@@ -151,12 +194,7 @@ func (m *Model) srcLocate(k SourceKey, r *Rule, now uint64, claim bool) (*SrcWay
 			least, v = lead, i
 		}
 	}
-	w, x := &set.ways[v], &set.exts[v]
-	*w = SrcWay{Addr: hi, Meta: meta, TAT: now, Units: UnitsCode(r.Source.Tol), Epoch: r.Epoch}
-	if long && (x.Addr != lo || x.Meta != meta) {
-		*x = SrcExt{Addr: lo, Meta: meta, Epoch: x.Epoch}
-	}
-	return w, x
+	return v, least
 }
 
 // srcBan is the Go model of source.h's xl_src_ban: a ban rule's verdict
