@@ -119,17 +119,24 @@ static __always_inline __u32 xl_src_hash(const struct xl_source_key *k, __u32 se
 	return h;
 }
 
-/* Key k's two sets under seed: loc[0] its first, loc[1] its second,
- * another set (the same only in a table of one set). */
-static __always_inline void xl_src_sets(const struct xl_source_key *k, __u32 seed, __u32 *loc)
+/* Sets of xl_src_table in a page (4 KiB of 128-byte sets): a source's
+ * second set is in its first's page, so that looking in both takes one
+ * address translation, not two (each a walk of two page tables in a VM). */
+#define XL_SRC_PAGE_SETS 32
+
+/* Key k's two sets under seed: pl->set[0] its first, pl->set[1] its second,
+ * another set of the same page (the same only in a table of one set). */
+static __always_inline void xl_src_sets(const struct xl_source_key *k, __u32 seed,
+					struct xl_src_place *pl)
 {
 	__u32 mask = xl_cfg_src_sets - 1;
+	__u32 near = mask & (XL_SRC_PAGE_SETS - 1);
 	__u32 h = xl_src_hash(k, seed);
 	__u32 g = h * 0x9e3779b1u;
-	loc[0] = h & mask;
-	loc[1] = (g ^ (g >> 16)) & mask;
-	if (loc[1] == loc[0])
-		loc[1] = (loc[0] + 1) & mask;
+	pl->set[0] = h & mask;
+	pl->set[1] = (pl->set[0] & ~near) | ((g ^ (g >> 16)) & near);
+	if (pl->set[1] == pl->set[0])
+		pl->set[1] = pl->set[0] ^ (near & 1);
 }
 
 /* The way of set s that holds key k (es: the set's rests, for a key longer
@@ -153,11 +160,12 @@ static __always_inline int xl_src_find_in(const struct xl_src_set *s,
 /* The way of set s whose loss costs least at now_u, and in *lead how much
  * its source owes (its TAT's lead over now): an empty way first, a source
  * under a ban last (es: the set's rests, which say till when; NULL when
- * the set has none). */
+ * the set has none). Returns the way | the count of ways whose source owes
+ * something << 8. */
 static __always_inline int xl_src_victim(const struct xl_src_set *s,
 					 const struct xl_src_ext_set *es, __u64 now_u, __s64 *lead)
 {
-	int v = 0;
+	int v = 0, owing = 0;
 	__s64 least = 0x7fffffffffffffffLL;
 #pragma unroll
 	for (int i = 0; i < XL_SRC_WAYS; i++) {
@@ -166,13 +174,14 @@ static __always_inline int xl_src_victim(const struct xl_src_set *s,
 		if ((w->meta & XL_SRC_BANNED) && es &&
 		    es->ext[i].banned_until_ns > now_u >> XL_TIME_SHIFT)
 			l = 0x7ffffffffffffffeLL;
+		owing += l > 0;
 		if (l < least) {
 			least = l;
 			v = i;
 		}
 	}
 	*lead = least;
-	return v & (XL_SRC_WAYS - 1);
+	return (v & (XL_SRC_WAYS - 1)) | owing << 8;
 }
 
 /* Whether a way of set s holds a source under a ban. */
@@ -187,17 +196,17 @@ static __always_inline int xl_src_any_banned(const struct xl_src_set *s)
  * with four ways a set, a table holds nearly as many sources as it has
  * ways before it forgets any). With claim, a key neither set holds takes
  * a way, written as a full bucket of rule r at now_u: the one whose loss
- * costs least (xl_src_victim) of its first set, unless that owes something
- * and its second set's owes less. What the table forgets is what costs
+ * costs least (xl_src_victim) of the set where fewer sources owe something
+ * (its first on a tie), or, both full, of the two. What the table forgets is what costs
  * least: nothing for a source whose bucket has refilled, at most its TAT's
  * lead over now for the others (a source forgotten before its bucket
  * refilled is admitted that much early, at most its burst; one seen once,
  * as a spoofed source is, owes one packet).
  *
  * Inlined (a call more would pass the stack 6.1 allows the programs'
- * chains of calls), its place written off the stack (xl_src_scratch):
- * loc[0] the set, the lookups' key, loc[2] the way (loc[1] the second
- * set's key meanwhile). Returns the way, or NULL.
+ * chains of calls), its place written off the stack (pl, in
+ * xl_src_scratch): pl->set[0] the set, the lookups' key, pl->way the way.
+ * Returns the way, or NULL.
  *
  * Races: a claim writes its way with plain stores, meta last; a CPU that
  * reads the way meanwhile may match it with another key's TAT, or two CPUs
@@ -206,59 +215,64 @@ static __always_inline int xl_src_any_banned(const struct xl_src_set *s)
  * bucket errs by a packet. */
 static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_key *k,
 							const struct xl_rule *r, __u64 now_u,
-							__u32 seed, __u32 claim, __u32 *loc)
+							__u32 seed, __u32 claim,
+							struct xl_src_place *pl)
 {
-	xl_src_sets(k, seed, loc);
+	xl_src_sets(k, seed, pl);
 	int lng = xl_src_long(k);
 	/* Loops, not unrolled: the compiler keeps one set's values at a time
 	 * in registers, not both sets' on the stack. */
 #pragma nounroll
 	for (int t = 0; t < 2; t++) {
-		struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &loc[t]);
+		struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &pl->set[t]);
 		if (!s)
 			return NULL;
 		struct xl_src_ext_set *es = NULL;
 		if (lng) {
-			es = bpf_map_lookup_elem(&xl_src_exts, &loc[t]);
+			es = bpf_map_lookup_elem(&xl_src_exts, &pl->set[t]);
 			if (!es)
 				return NULL;
 		}
 		int i = xl_src_find_in(s, es, k);
 		if (i >= 0) {
-			loc[0] = loc[t];
-			loc[2] = i;
+			pl->set[0] = pl->set[t];
+			pl->way = i;
 			return &s->way[i & (XL_SRC_WAYS - 1)];
 		}
 	}
 	if (!claim)
 		return NULL;
-	__s64 best = 0;
-	int in = 0;
+
 #pragma nounroll
 	for (int t = 0; t < 2; t++) {
-		struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &loc[t]);
+		struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &pl->set[t]);
 		if (!s)
 			return NULL;
 		struct xl_src_ext_set *es = NULL;
 		/* Their rests say till when their bans last. */
 		if (xl_src_any_banned(s)) {
-			es = bpf_map_lookup_elem(&xl_src_exts, &loc[t]);
+			es = bpf_map_lookup_elem(&xl_src_exts, &pl->set[t]);
 			if (!es)
 				return NULL;
 		}
 		__s64 lead;
 		int v = xl_src_victim(s, es, now_u, &lead);
-		if (!t || (best > 0 && lead < best)) {
-			best = lead;
-			in = t;
-			loc[2] = v;
+		int n = v >> 8;
+		/* The set where fewer sources owe (two choices balance the
+		 * sets); both full, the way that owes least. */
+		if (!t || n < pl->owed ||
+		    (n == XL_SRC_WAYS && pl->owed == XL_SRC_WAYS && lead < pl->best)) {
+			pl->best = lead;
+			pl->owed = n;
+			pl->chosen = pl->set[t];
+			pl->way = v & (XL_SRC_WAYS - 1);
 		}
 	}
-	loc[0] = loc[in & 1];
-	struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &loc[0]);
+	pl->set[0] = pl->chosen;
+	struct xl_src_set *s = bpf_map_lookup_elem(&xl_src_table, &pl->set[0]);
 	if (!s)
 		return NULL;
-	struct xl_src_way *w = &s->way[loc[2] & (XL_SRC_WAYS - 1)];
+	struct xl_src_way *w = &s->way[pl->way & (XL_SRC_WAYS - 1)];
 	w->meta = 0;
 	w->addr = *(const __u64 *)&k->addr[0];
 	w->tat = now_u;
@@ -266,10 +280,10 @@ static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_k
 	w->epoch = r->epoch;
 	w->drops = 0;
 	if (lng) {
-		struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, &loc[0]);
+		struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, &pl->set[0]);
 		if (!es)
 			return NULL;
-		struct xl_src_ext *x = &es->ext[loc[2] & (XL_SRC_WAYS - 1)];
+		struct xl_src_ext *x = &es->ext[pl->way & (XL_SRC_WAYS - 1)];
 		__u64 lo = *(const __u64 *)&k->addr[8];
 		if (x->addr != lo || x->meta != xl_src_meta(k)) {
 			/* Another source's: its ban is not this one's. */
@@ -292,13 +306,13 @@ static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_k
  * losing, the credit is lost, and the source's limit errs low by at most
  * that much. */
 static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const struct xl_rule *r,
-						 __u32 seed, __u32 *loc)
+						 __u32 seed, struct xl_src_place *pl)
 {
 	__u64 credit = cr->credit;
 	if (!credit)
 		return;
 	cr->credit = 0;
-	struct xl_src_way *o = xl_src_locate(&cr->key, r, 0, seed, 0, loc);
+	struct xl_src_way *o = xl_src_locate(&cr->key, r, 0, seed, 0, pl);
 	if (!o || o->epoch != cr->epoch || cr->tol != r->source.tol || o->units != r->source_units)
 		return;
 	__u64 old = *(volatile __u64 *)&o->tat;
@@ -316,11 +330,11 @@ static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const
 static __always_inline void xl_src_credit_name(struct xl_src_credit *cr,
 					       const struct xl_source_key *k,
 					       const struct xl_rule *r, const struct xl_bucket *b,
-					       __u32 seed, __u32 *loc)
+					       __u32 seed, struct xl_src_place *pl)
 {
 	if (!cr)
 		return;
-	xl_src_credit_return(cr, r, seed, loc);
+	xl_src_credit_return(cr, r, seed, pl);
 	cr->key = *k;
 	cr->epoch = r->epoch;
 	cr->mult = b->mult;
@@ -339,10 +353,10 @@ static __always_inline int xl_src_ban(struct xl_src_way *w, struct xl_src_scratc
 				      const struct xl_rule *r, __u64 t, int ok)
 {
 	const struct xl_source_key *k = &sc->key;
-	struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, sc->loc);
+	struct xl_src_ext_set *es = bpf_map_lookup_elem(&xl_src_exts, &sc->pl.set[0]);
 	if (!es)
 		return ok;
-	struct xl_src_ext *x = &es->ext[sc->loc[2] & (XL_SRC_WAYS - 1)];
+	struct xl_src_ext *x = &es->ext[sc->pl.way & (XL_SRC_WAYS - 1)];
 	__u32 meta = xl_src_meta(k);
 	__u64 addr = xl_src_long(k) ? *(const __u64 *)&k->addr[8] : w->addr;
 	if (x->meta != meta || x->addr != addr || x->epoch != w->epoch) {
@@ -392,7 +406,7 @@ static __always_inline void xl_src_rescale_in(const struct xl_rule *r, __u32 slo
 	__builtin_memset(&sc->key, 0, sizeof(sc->key));
 	xl_source_key(&sc->key, r, slot, pkt);
 	__u64 now_u = xl_time_inline(now) << XL_TIME_SHIFT;
-	struct xl_src_way *w = xl_src_locate(&sc->key, r, now_u, seed, 0, sc->loc);
+	struct xl_src_way *w = xl_src_locate(&sc->key, r, now_u, seed, 0, &sc->pl);
 	if (w && w->epoch == r->epoch && w->units != r->source_units)
 		xl_src_units_claim(&w->units, &w->tat, r->source_units, r->source.tol, now_u);
 }
@@ -426,19 +440,23 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 {
 	const struct xl_bucket *b = &r->source;
 	__u64 inc = xl_bucket_inc(b, 1);
-	struct xl_source_key *kp = &sc->key;
 
-	__builtin_memset(kp, 0, sizeof(*kp));
-	xl_source_key(kp, r, slot, pkt);
+	__builtin_memset(&sc->key, 0, sizeof(sc->key));
+	xl_source_key(&sc->key, r, slot, pkt);
 	struct xl_src_credit *cr = xl_src_credit_for(r, slot);
 	int same = cr && cr->epoch == r->epoch && cr->mult == b->mult && cr->tol == b->tol &&
-		   xl_source_key_eq(&cr->key, kp);
+		   xl_source_key_eq(&cr->key, &sc->key);
 	if (same && cr->credit >= inc) {
 		cr->credit -= inc;
 		return 1;
 	}
+	/* What the rest needs after the lookup is kept in the scratch, and
+	 * the credit looked up again, not spilled: xl_source_admit's frame
+	 * stays within 6.1's chain of calls. */
+	sc->same = same;
+	sc->seed = seed;
 	__u64 now_u = xl_time_inline(now) << XL_TIME_SHIFT;
-	struct xl_src_way *s = xl_src_locate(kp, r, now_u, seed, 1, sc->loc);
+	struct xl_src_way *s = xl_src_locate(&sc->key, r, now_u, seed, 1, &sc->pl);
 	if (!s)
 		return 1;
 	if (s->epoch != r->epoch) {
@@ -456,7 +474,10 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	sc->refilled = (__s64)(s->tat - now_u) <= 0;
 
 	int ok;
-	if (same) {
+	b = &r->source;
+	inc = xl_bucket_inc(b, 1);
+	cr = xl_src_credit_for(r, sc->key.slot);
+	if (sc->same && cr) {
 		__u64 batch = (__u64)XL_BATCH_NS << XL_TIME_SHIFT;
 		if (batch > b->tol / 4)
 			batch = b->tol / 4;
@@ -468,7 +489,7 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		if (ok)
 			cr->credit = cr->credit + took - inc;
 	} else {
-		xl_src_credit_name(cr, kp, r, b, seed, sc->cloc);
+		xl_src_credit_name(cr, &sc->key, r, b, sc->seed, &sc->cpl);
 		ok = xl_gcra(&s->tat, b, now_u, 1);
 	}
 

@@ -382,15 +382,28 @@ struct xl_src_ext_set {
 	struct xl_src_ext ext[XL_SRC_WAYS];
 };
 
+/* Where a source's way is, or goes (source.h, xl_src_locate): its sets,
+ * the lookups' keys, and the way; and the best way to take so far. */
+struct xl_src_place {
+	__u32 set[2]; /* its first and second set; set[0] the one it is in */
+	__u32 way;
+	__u32 owed;   /* ways owing in the set of the best way so far */
+	__u32 chosen; /* that set */
+	__u32 _pad;
+	__s64 best; /* what the best way's source owes */
+};
+
 /* xl_source_admit's scratch (per CPU): the packet's source key and the
  * lookups' keys, off the stack that 6.1 allows a chain of calls (512
  * bytes). */
 struct xl_src_scratch {
 	struct xl_source_key key;
-	__u32 loc[3];	/* the key's set (the lookups' key), its second set, its way */
-	__u32 cloc[3];	/* those of the source a credit returns to */
-	__u32 gen;	/* the generation whose seed is read */
-	__u32 refilled; /* the source's bucket was full before the packet */
+	struct xl_src_place pl;	 /* the key's place */
+	struct xl_src_place cpl; /* that of the source a credit returns to */
+	__u32 gen;		 /* the generation whose seed is read */
+	__u32 refilled;		 /* the source's bucket was full before the packet */
+	__u32 same;		 /* the CPU's credit is the source's */
+	__u32 seed;		 /* the table's hash key */
 };
 
 /* Bucket state (state, written by the XDP program only). */

@@ -389,12 +389,30 @@ type xdpXlSrcExtSet struct {
 }
 
 type xdpXlSrcScratch struct {
-	_        structs.HostLayout
-	Key      xdpXlSourceKey
-	Loc      [3]uint32
-	Cloc     [3]uint32
+	_   structs.HostLayout
+	Key xdpXlSourceKey
+	Pl  struct {
+		_      structs.HostLayout
+		Set    [2]uint32
+		Way    uint32
+		Owed   uint32
+		Chosen uint32
+		Pad    uint32
+		Best   int64
+	}
+	Cpl struct {
+		_      structs.HostLayout
+		Set    [2]uint32
+		Way    uint32
+		Owed   uint32
+		Chosen uint32
+		Pad    uint32
+		Best   int64
+	}
 	Gen      uint32
 	Refilled uint32
+	Same     uint32
+	Seed     uint32
 }
 
 type xdpXlSrcSet struct {

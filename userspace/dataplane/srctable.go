@@ -17,6 +17,9 @@ const (
 	SrcBanned = 0x80000000
 	// SrcDropsMax is where a way's drop count stops (XL_SRC_DROPS_MAX).
 	SrcDropsMax = 0xffff0000
+	// SrcPageSets: a source's second set is in its first's page of this
+	// many sets (XL_SRC_PAGE_SETS).
+	SrcPageSets = 32
 )
 
 // SrcSets is the number of sets of a per-source table of size sources
@@ -109,14 +112,17 @@ type srcSet struct {
 type srcTable map[uint32]*srcSet
 
 // SrcSetsOf is the Go model of source.h's xl_src_sets: key k's first
-// and second set under seed in a table of sets sets (a power of two).
+// and second set under seed in a table of sets sets (a power of two), the
+// second in the first's page.
 func SrcSetsOf(k SourceKey, seed uint32, sets int) (first, second uint32) {
 	mask := uint32(sets - 1)
+	near := mask & (SrcPageSets - 1)
 	h := SrcHash(k, seed)
 	g := h * 0x9e3779b1
-	first, second = h&mask, (g^g>>16)&mask
+	first = h & mask
+	second = first&^near | (g^g>>16)&near
 	if second == first {
-		second = (first + 1) & mask
+		second = first ^ near&1
 	}
 	return first, second
 }
@@ -151,11 +157,11 @@ func (m *Model) srcLocate(k SourceKey, r *Rule, now uint64, claim bool) (*SrcWay
 		return nil, nil
 	}
 	var best int64
-	in, v := 0, 0
+	in, v, owed := 0, 0, 0
 	for t, set := range two {
-		vt, lead := srcVictim(set, now)
-		if t == 0 || (best > 0 && lead < best) {
-			best, in, v = lead, t, vt
+		vt, lead, n := srcVictim(set, now)
+		if t == 0 || n < owed || (n == SrcWays && owed == SrcWays && lead < best) {
+			best, in, v, owed = lead, t, vt, n
 		}
 	}
 	set := two[in]
@@ -178,9 +184,10 @@ func (m *Model) srcSet(i uint32) *srcSet {
 }
 
 // srcVictim is the Go model of source.h's xl_src_victim: the way of set
-// whose loss costs least at now, and how much its source owes.
-func srcVictim(set *srcSet, now uint64) (int, int64) {
-	v, least := 0, int64(math.MaxInt64)
+// whose loss costs least at now, how much its source owes, and how many
+// of the set's sources owe something.
+func srcVictim(set *srcSet, now uint64) (int, int64, int) {
+	v, least, owing := 0, int64(math.MaxInt64), 0
 	for i := range set.ways {
 		w := &set.ways[i]
 		lead := int64(w.TAT - now)
@@ -190,11 +197,14 @@ func srcVictim(set *srcSet, now uint64) (int, int64) {
 		case w.Meta&SrcBanned != 0 && set.exts[i].BannedUntilNS > now>>TimeShift:
 			lead = math.MaxInt64 - 1
 		}
+		if lead > 0 {
+			owing++
+		}
 		if lead < least {
 			least, v = lead, i
 		}
 	}
-	return v, least
+	return v, least, owing
 }
 
 // srcBan is the Go model of source.h's xl_src_ban: a ban rule's verdict
