@@ -434,8 +434,8 @@ func (g *psSourceGen) fresh() netip.Addr {
 //     sets: a new source every 1.6 ms, each set turned over before a hot
 //     source's second packet). A hot source is forgotten until it owes
 //     more than a new one, and each time it is admitted its burst again:
-//     the documented cost of a table too small for the churn (582 of 200
-//     here at c874de2; the LRU's cost was larger: 1601 admitted of 200 at
+//     the documented cost of a table too small for the churn (1014 of 200
+//     here at 6024c13; the LRU's cost was larger: 1601 admitted of 200 at
 //     cd7296b, bench/results/issue28/test-before-cd7296b-lru-eviction.txt).
 //     Only kernel and model are compared.
 //   - Churn saturating the rule: the same with the rule-wide rate binding:
