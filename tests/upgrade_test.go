@@ -5,6 +5,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xlimit/xlimit/loader"
 )
 
 // Earlier releases the upgrade test starts from: cd7296b (main when the
@@ -231,6 +234,13 @@ func TestUpgradeUnderFlood(t *testing.T) {
 			}
 			if total := float64(p1 + dr1); total < 0.99*float64(sent.Sent) {
 				t.Errorf("the rule counts %.0f packets of the %d sent: counters lost across the upgrade", total, sent.Sent)
+			}
+			// The old release's per-source LRU pin is gone with the
+			// upgrade (maps' retired pins), not left holding its memory.
+			for _, name := range []string{"xl_sources", "xl_src_front"} {
+				if _, err := os.Stat(filepath.Join(loader.PinDir(e.bpffs, e.lab.ServerIf), name)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("the retired pin %s is still there after the upgrade (%v)", name, err)
+				}
 			}
 		})
 	}
