@@ -174,15 +174,18 @@ struct {
 	__type(value, struct xl_src_scratch);
 } xl_src_scratch SEC(".maps");
 
-/* State. Key: set (source.h, xl_src_hash). Value: that set's ways, each a
+/* State. Key: set (source.h, xl_src_sets). Value: that set's ways, each a
  * source prefix's bucket and drop count. Array: a lookup is two cache
- * lines of one page; a source the set does not hold takes the way that
- * loses least (source.h, xl_src_locate), so a spoofed flood turns ways
- * over without an insert, a lock or a list, and the rule-wide bucket holds
- * regardless. The daemon sets the size (source_table_size) before
- * loading. */
+ * lines, a source's two sets in one page; a source neither holds takes the
+ * way that loses least (source.h, xl_src_locate), so a spoofed flood turns
+ * ways over without an insert, a lock or a list, and the rule-wide bucket
+ * holds regardless. BPF_F_MMAPABLE for its layout only (nothing maps it):
+ * the kernel then starts the values on a page, so that 32 sets fill one
+ * (an array's values otherwise start after its header, mid-page). The
+ * daemon sets the size (source_table_size) before loading. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, XL_SRC_SETS);
 	__type(key, __u32);
 	__type(value, struct xl_src_set);
@@ -191,9 +194,10 @@ struct {
 
 /* State. Key: set, as xl_src_table's. Value: its ways' rest of an IPv6
  * address beyond /64 and ban state, apart from the ways so that the
- * flood path does not read them. Sized with xl_src_table. */
+ * flood path does not read them. Sized and laid out as xl_src_table. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, XL_SRC_SETS);
 	__type(key, __u32);
 	__type(value, struct xl_src_ext_set);
