@@ -69,11 +69,14 @@
 #define XL_COOKIE_RCV_WSCALE 7
 #define XL_COOKIE_WINDOW     65535
 #define XL_COOKIE_TTL	     64
-/* TCP options of the SYN-ACK: always 20 bytes (MSS, SACK_PERM or NOP NOP,
- * timestamps or NOPs, NOP and window scale or NOPs): one fixed layout. */
-#define XL_COOKIE_OPTS 20
-#define XL_TCP_ECE     0x40
-#define XL_TCP_CWR     0x80
+/* TCP options of the SYN-ACK to a SYN with timestamps: 20 bytes (MSS,
+ * SACK_PERM or NOP NOP, timestamps, NOP and window scale or NOPs). To a
+ * SYN without, the MSS alone (XL_COOKIE_OPTS_MSS): the cookie carries
+ * nothing else then (xl_cookie_fit). */
+#define XL_COOKIE_OPTS	   20
+#define XL_COOKIE_OPTS_MSS 4
+#define XL_TCP_ECE	   0x40
+#define XL_TCP_CWR	   0x80
 /* Options parsed per SYN or ACK: enough for every option a stack sends. */
 #define XL_COOKIE_OPT_STEPS 10
 /* The TS low byte (see above). */
@@ -436,7 +439,8 @@ static __always_inline __u16 xl_cookie_fold(__u64 s)
 /* The options of the SYN-ACK (XL_COOKIE_OPTS bytes) as words in the
  * packet's byte order, for a SYN with options o, announcing mss, with the
  * TS low byte tsopt: MSS; then, for a SYN with timestamps, SACK_PERM (or
- * NOP NOP), timestamps, NOP and window scale (or NOPs); else NOPs. */
+ * NOP NOP), timestamps, NOP and window scale (or NOPs); else NOPs, which
+ * the answer leaves out (xl_cookie_fit). */
 static __always_inline void xl_cookie_opts(__u32 w[XL_COOKIE_OPTS / 4], const struct xl_syn_opts *o,
 					   __u16 mss, __u32 tsopt, __u64 now)
 {
@@ -471,6 +475,27 @@ static __always_inline int xl_cookie_resize(struct xdp_md *ctx, __u32 want)
 	return 0;
 }
 
+/* Resizes the frame to its answer, hdrs bytes up to the TCP options and
+ * the options' length, and returns that length (or -1): XL_COOKIE_OPTS for
+ * a SYN with timestamps (ts), XL_COOKIE_OPTS_MSS without; nothing beyond
+ * what the answer carries. A frame that cannot grow so far (no tailroom:
+ * on a veth, a frame that came as a raw socket's skb) gets the longest
+ * answer that fits: without timestamps (the cookie then holds the MSS
+ * alone, as the kernel's does for a SYN without them: no window scale,
+ * no SACK), then without options (the client then sends segments of the
+ * default MSS, 536 bytes over IPv4 and 1220 over IPv6). Packet pointers
+ * are invalid afterwards. */
+static __always_inline int xl_cookie_fit(struct xdp_md *ctx, __u32 hdrs, int ts)
+{
+	if (ts && !xl_cookie_resize(ctx, hdrs + XL_COOKIE_OPTS))
+		return XL_COOKIE_OPTS;
+	if (!xl_cookie_resize(ctx, hdrs + XL_COOKIE_OPTS_MSS))
+		return XL_COOKIE_OPTS_MSS;
+	if (!xl_cookie_resize(ctx, hdrs))
+		return 0;
+	return -1;
+}
+
 /* Rewrites the SYN at l3, a plain IP header of family (4 or 6, a
  * constant at each call: one source for both, specialized by the
  * compiler), into its SYN-ACK with a cookie, the kernel's plus off,
@@ -487,7 +512,6 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
 					    __u32 off, __u64 now)
 {
 	const __u32 iplen = family == 4 ? sizeof(struct xl_iphdr) : sizeof(struct xl_ipv6hdr);
-	const __u32 tcplen = sizeof(struct xl_tcphdr) + XL_COOKIE_OPTS;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	void *ip = data + l3;
@@ -510,23 +534,29 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
 		return -1;
 	struct xl_syn_opts o = {};
 	xl_cookie_parse_opts(&th, n, &o);
-	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
 	__s64 c = family == 4 ? bpf_tcp_raw_gen_syncookie_ipv4(ip, (void *)th.b, n)
 			      : bpf_tcp_raw_gen_syncookie_ipv6(ip, (void *)th.b, n);
 	if (c < 0)
 		return -1;
+
+	int optlen = xl_cookie_fit(ctx, l3 + iplen + sizeof(struct xl_tcphdr), o.ts);
+	if (optlen < 0)
+		return -1;
+	if (optlen != XL_COOKIE_OPTS)
+		o.ts = 0;
+	const __u32 tcplen = sizeof(struct xl_tcphdr) + optlen;
+	__u32 ecn = (flags & (XL_TCP_ECE | XL_TCP_CWR)) == (XL_TCP_ECE | XL_TCP_CWR) && o.ts;
 	__u32 tsopt =
 	    xl_cookie_tsopt(&o, ecn, xl_cookie_mss_index(family, (__u32)(c >> 32) & 0xffff));
-
-	if (xl_cookie_resize(ctx, l3 + iplen + tcplen))
-		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
 	struct xl_ethhdr *eth = data;
 	ip = data + l3;
 	tcp = ip + iplen;
 	__u32 *ow = (void *)(tcp + 1);
-	if ((void *)(eth + 1) > end || (void *)(ow + XL_COOKIE_OPTS / 4) > end)
+	/* The frame is its answer's length now (xl_cookie_fit): the options'
+	 * bound is checked where they are written. */
+	if ((void *)(eth + 1) > end || (void *)ow > end)
 		return -1;
 
 	/* Ethernet: the addresses swapped. */
@@ -588,10 +618,19 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
 	__u32 ow_[XL_COOKIE_OPTS / 4];
 	xl_cookie_opts(ow_, &o, mss, tsopt, now);
 	sum += (__u64)t0 + t1 + t2 + t3;
+	if (optlen == XL_COOKIE_OPTS) {
+		if ((void *)(ow + XL_COOKIE_OPTS / 4) > end)
+			return -1;
 #pragma unroll
-	for (int i = 0; i < XL_COOKIE_OPTS / 4; i++) {
-		ow[i] = ow_[i];
-		sum += ow_[i];
+		for (int i = 0; i < XL_COOKIE_OPTS / 4; i++) {
+			ow[i] = ow_[i];
+			sum += ow_[i];
+		}
+	} else if (optlen == XL_COOKIE_OPTS_MSS) {
+		if ((void *)(ow + 1) > end)
+			return -1;
+		ow[0] = ow_[0];
+		sum += ow_[0];
 	}
 	tw[0] = t0;
 	tw[1] = t1;

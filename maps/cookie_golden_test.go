@@ -132,8 +132,14 @@ func TestCookieAnswerGolden(t *testing.T) {
 		} else if frame.OnesSum(0, out[l3:l4]) != 0xffff {
 			t.Errorf("%s: IPv4 header checksum wrong: %x", c.name, out[l3:l4])
 		}
-		if len(out) != l4+40 {
-			t.Errorf("%s: answer is %d bytes, want %d", c.name, len(out), l4+40)
+		// 40 bytes of TCP header with timestamps, 24 (the MSS alone)
+		// without.
+		want := l4 + 24
+		if _, _, ts := tcpTimestamps(out[l4:]); ts {
+			want = l4 + 40
+		}
+		if len(out) != want || int(out[l4+12]>>4)*4 != want-l4 {
+			t.Errorf("%s: answer is %d bytes, data offset %d, want %d", c.name, len(out), out[l4+12]>>4, want)
 			continue
 		}
 		if frame.OnesSum(pseudoSum(out, l3, l4), out[l4:]) != 0xffff {
