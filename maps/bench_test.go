@@ -531,6 +531,8 @@ func BenchmarkClock(b *testing.B) {
 //     with a SYN-ACK (XDP_TX); its over-bare-ns/op minus gen_ipv4's is the
 //     rest of the answer. answers/s-per-core is 1e9 ÷ its over-bare-ns/op:
 //     the answer rate one core sustains in the program (no transmit);
+//   - answer_ipv4_noopts: a SYN without options, as floods send, answered
+//     (with the MSS alone, bpf/syncookie.h's xl_cookie_fit);
 //   - gen_ipv6, answer_ipv6: the same over IPv6 (bpf_tcp_raw_gen_syncookie_ipv6).
 //
 // gen_ipv4_repeat runs the helper program in one repeated run, without
@@ -563,6 +565,8 @@ func BenchmarkCookie(b *testing.B) {
 	syn := func(port uint16) []byte { return synFrom("198.51.100.1", port) }
 	answer, ruleOnly := syn(80), syn(81)
 	answer6 := synFrom("2001:db8:1::1", 80)
+	noOpts := frame.MustBuild(frame.Spec{Src: netip.MustParseAddr("198.51.100.1"), Proto: frame.ProtoTCP,
+		SrcPort: 40000, DstPort: 80, TCPFlags: frame.TCPSyn, TCPSeq: 777000})
 	// The kernel's cookie alone: r1 = IP header, r2 = TCP header, r3 its
 	// length, after the bounds check the helper's arguments need.
 	genProg := func(fn asm.BuiltinFunc, l4 int32, f []byte) *ebpf.Program {
@@ -615,6 +619,7 @@ func BenchmarkCookie(b *testing.B) {
 		{"gen_ipv4", gen, answer, xdpDrop},
 		{"rule_alone", o.Program(), ruleOnly, xdpDrop},
 		{"answer_ipv4", o.Program(), answer, xdpTx},
+		{"answer_ipv4_noopts", o.Program(), noOpts, xdpTx},
 		{"gen_ipv6", gen6, answer6, xdpDrop},
 		{"answer_ipv6", o.Program(), answer6, xdpTx},
 	} {
