@@ -129,6 +129,10 @@ static __always_inline int xl_answer_martian6(const __u8 *a)
  * the rule's bucket, as without cookies (syncookie.h). Not a class: it is
  * counted as the class it carries. */
 #define XL_ANSWER_UNLISTED 0x80
+/* The flag xl_cookie_take adds to a SOCKET class when the socket is a
+ * handshake in the SYN queue: the SYN is dropped, not handed to the
+ * kernel (syncookie.h, xl_cookie_fallback). Counted as SOCKET. */
+#define XL_ANSWER_QUEUED 0x40
 
 /* Whether the host key k, its address filled, is one of the host's. */
 static __always_inline int xl_answer_host(const struct xl_host_key *k)

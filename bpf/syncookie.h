@@ -203,7 +203,8 @@ struct {
 } xl_cookie_sock SEC(".maps");
 
 /* include/net/tcp_states.h */
-#define XL_TCP_LISTEN 10
+#define XL_TCP_LISTEN	    10
+#define XL_TCP_NEW_SYN_RECV 12
 
 /* The TCP socket, a listener or anything else, that a segment from ip's
  * source to its destination belongs to: a referenced socket for
@@ -238,12 +239,17 @@ xl_cookie_socket(void *ctx, void *ip, const struct xl_tcphdr *tcp, void *end, __
 	return bpf_skc_lookup_tcp(ctx, &t, tlen, BPF_F_CURRENT_NETNS, 0);
 }
 
+/* xl_cookie_has_socket's answer for a handshake in the SYN queue. */
+#define XL_SOCKET_QUEUED 2
+
 /* Whether the host has a socket other than a listener for the SYN at l3
  * in ctx, a plain IP header of pkt's family: then the SYN is its
  * business, not the cookie path's. A SYN to a TIME_WAIT socket starts the
  * next connection of its 4-tuple (the kernel recycles the socket); a
  * cookie would instead answer with a SYN-ACK whose ACK meets the TIME_WAIT
- * socket at TC and never reaches the listener. */
+ * socket at TC and never reaches the listener. Returns 1, or
+ * XL_SOCKET_QUEUED for a request socket (the kernel answered an earlier
+ * SYN of the 4-tuple and waits for its ACK), or 0. */
 static __always_inline int xl_cookie_has_socket(struct xdp_md *ctx, __u32 l3, __u32 family)
 {
 	void *data = (void *)(long)ctx->data;
@@ -255,9 +261,9 @@ static __always_inline int xl_cookie_has_socket(struct xdp_md *ctx, __u32 l3, __
 	struct bpf_sock *sk = xl_cookie_socket(ctx, ip, tcp, end, family);
 	if (!sk)
 		return 0;
-	int other = sk->state != XL_TCP_LISTEN;
+	__u32 state = sk->state;
 	bpf_sk_release(sk);
-	return other;
+	return state == XL_TCP_NEW_SYN_RECV ? XL_SOCKET_QUEUED : state != XL_TCP_LISTEN;
 }
 
 /* MSS values a cookie can carry (the kernel's msstab, syncookies.c). */
@@ -646,8 +652,10 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
  * of xl_cookie_counters and xl_cookie_sock. */
 static __always_inline void xl_cookie_count(__u32 slot, __u32 class)
 {
-	xl_answer_count(slot, 0, class);
-	if (class == XL_ANSWER_OK)
+	xl_answer_count(slot, 0, class & ~XL_ANSWER_QUEUED);
+	/* A SYN for a handshake in the SYN queue: counted in its class, and
+	 * as a drop of the rule's (`cookie`). */
+	if (class == XL_ANSWER_OK || (class & XL_ANSWER_QUEUED))
 		return;
 	if (class == XL_ANSWER_SOCKET) {
 		__u64 *n = bpf_map_lookup_elem(&xl_cookie_sock, &slot);
@@ -694,8 +702,12 @@ __noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u3
 	if (!ctx || !pkt || !now || key >= XL_GENERATIONS * XL_MAX_RULES)
 		return XL_ANSWER_SHAPE;
 	__u32 class = xl_answer_class(ctx, pkt);
-	if (!class && xl_cookie_has_socket(ctx, pkt->l3_off, pkt->family))
-		class = XL_ANSWER_SOCKET;
+	if (!class) {
+		int sk = xl_cookie_has_socket(ctx, pkt->l3_off, pkt->family);
+		if (sk)
+			class = sk == XL_SOCKET_QUEUED ? XL_ANSWER_SOCKET | XL_ANSWER_QUEUED
+						       : XL_ANSWER_SOCKET;
+	}
 	if (!class)
 		class = xl_cookie_budget(key / XL_MAX_RULES, now);
 	xl_cookie_count(key % XL_MAX_RULES, class);
@@ -709,7 +721,11 @@ __noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u3
  * may (a shape the rewrite does not handle, a socket the host has, a spent
  * budget), and one to a destination xl_host_addrs does not list when it
  * is incomplete (XL_ANSWER_UNLISTED: it may be the host's). The other
- * classes are frames no host should answer. */
+ * classes are frames no host should answer, and a SYN for a handshake in
+ * the kernel's SYN queue (XL_ANSWER_QUEUED): the kernel retransmits its
+ * SYN-ACK on its own timer, and a spoofer that repeats the 4-tuples of
+ * the handshakes it opened would otherwise keep the rule's bucket empty
+ * and refuse the clients whose cookies it validates. */
 static __always_inline int xl_cookie_fallback(__u32 class)
 {
 	return (class & XL_ANSWER_UNLISTED) || class == XL_ANSWER_SHAPE ||

@@ -456,3 +456,76 @@ func TestCookieLeavesTimeWait(t *testing.T) {
 		t.Errorf("cookie counters %+v -> %+v, want one SYN to the socket and one answered", before, got)
 	}
 }
+
+// TestCookieLeavesQueuedHandshake: a SYN for a 4-tuple whose handshake
+// the kernel holds in its SYN queue (a request socket: the kernel answered
+// an earlier SYN and waits for the ACK) is dropped, neither answered with
+// a cookie (whose ACK the request socket would refuse) nor handed to the
+// kernel through the rule's bucket, and counted in its class (socket),
+// not as to_socket. A spoofer that repeats the 4-tuples of the handshakes
+// it opened would otherwise drain the bucket that the clients' validated
+// cookies are charged to (TestSynCookiesThroughSpoofedFlood's p99); the
+// kernel retransmits its SYN-ACK on its own timer. The same SYN from
+// another port is answered.
+func TestCookieLeavesQueuedHandshake(t *testing.T) {
+	h := newHarness(t)
+	spec := &dataplane.Spec{CookieRate: 100, Rules: []dataplane.RuleSpec{{
+		Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 10, Burst: 3, SynCookies: "always",
+	}}}
+	h.apply(t, compile(t, spec, nil))
+	slot := h.slot(t, "web")
+	cookieListener(t) // this thread's own network namespace from here on
+
+	// The server on the namespace's loopback; the client's address is not
+	// the namespace's, but routed to lo, so that the kernel's SYN-ACK is
+	// sent (a handshake without a route is not kept) and then dropped on
+	// input as not its own: no RST ends the handshake.
+	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.30")
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: server.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatalf("add %s to lo: %v", server, err)
+	}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK,
+		Dst: &net.IPNet{IP: client.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatalf("route %s to lo: %v", client, err)
+	}
+	syn := func(port uint16) []byte {
+		s := frame.Spec{Src: client, Dst: server, Proto: frame.ProtoTCP, SrcPort: port, DstPort: 80,
+			TCPFlags: frame.TCPSyn, TCPSeq: 5000}
+		return withTCPOptions(t, frame.MustBuild(s), 14, linuxSYNOptions(12345))
+	}
+	// The client's SYN, sent to the kernel from a raw socket: the
+	// listener answers it and keeps the handshake in its SYN queue.
+	raw, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(raw)
+	if err := unix.Sendto(raw, syn(40001)[14:], 0, &unix.SockaddrInet4{Addr: server.As4()}); err != nil {
+		t.Fatalf("send the SYN: %v", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	now := uint64(1000 * second)
+	before := h.cookieCounters(t, slot)
+	beforeClass := h.answerCounters(t, slot)
+	if ret, _ := h.kernelRunOut(t, syn(40001), now, 1); ret != xdpDrop {
+		t.Errorf("SYN for the queued handshake's 4-tuple: XDP return code %d, want XDP_DROP", ret)
+	}
+	if ret, _ := h.kernelRunOut(t, syn(40002), now, 1); ret != xdpTx {
+		t.Errorf("SYN from another port: XDP return code %d, want XDP_TX", ret)
+	}
+	got := h.cookieCounters(t, slot)
+	if got.ToSocket != before.ToSocket || got.Sent-before.Sent != 1 || got.Unanswerable != before.Unanswerable {
+		t.Errorf("cookie counters %+v -> %+v, want one answered and nothing to the socket or unanswerable", before, got)
+	}
+	if n := h.answerCounters(t, slot).Sub(beforeClass).Cookie[dataplane.AnswerSocket]; n != 1 {
+		t.Errorf("class socket counted %d SYNs, want 1", n)
+	}
+}
