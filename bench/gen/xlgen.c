@@ -16,6 +16,10 @@
  * again and again without live frames, and tail-calls a receiver: random
  * sources measured where the kernel refuses live frames.
  *
+ * xlgen_resyn puts one frame back into the buffer at every repeat and
+ * tail-calls a receiver that rewrites it (a SYN answered with a cookie):
+ * the answer measured without a syscall per packet.
+ *
  * xlgen_drop and xlgen_pass are the one-line receivers: XDP_DROP (the
  * fastest possible receiver) and XDP_PASS (no filter; an XDP program on a
  * veth enables the NAPI that ndo_xdp_xmit needs). */
@@ -33,7 +37,9 @@ volatile __u32 gen_src_base = 0; /* host byte order */
 volatile __u32 gen_src_mask = 0; /* host bits that vary; 0: keep the source */
 
 #define ETH_HLEN 14
-#define ETH_P_IP 0x0800
+/* The longest frame xlgen_resyn restores. */
+#define XLGEN_FRAME_MAX 128
+#define ETH_P_IP	0x0800
 
 /* Gives the frame a random IPv4 source within gen_src_base/gen_src_mask and
  * recomputes its IPv4 header checksum; 0, or -1 for a frame that is not
@@ -92,6 +98,46 @@ SEC("xdp")
 int xlgen_spoof(struct xdp_md *ctx)
 {
 	if (gen_src_mask && xlgen_random_source(ctx))
+		return XDP_ABORTED;
+	bpf_tail_call(ctx, &xlgen_next, 0);
+	return XDP_ABORTED;
+}
+
+/* The frame xlgen_resyn restores at each repeat (slot 0, set by the
+ * loader): len bytes of b. */
+struct xlgen_frame {
+	__u32 len;
+	__u8 b[XLGEN_FRAME_MAX];
+};
+
+/* One entry: the frame xlgen_resyn restores. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xlgen_frame);
+} xlgen_frames SEC(".maps");
+
+/* xlgen_resyn: a receiver that rewrites the frame, measured without a
+ * syscall per packet. A SYN answered with a cookie becomes its SYN-ACK in
+ * the buffer, so a repeat would see no SYN: this brings the buffer back to
+ * the frame in xlgen_frames (its length, then its bytes) and tail-calls
+ * the receiver in xlgen_next. XDP_ABORTED when the frame cannot be put
+ * back or the slot is empty. */
+SEC("xdp")
+int xlgen_resyn(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	struct xlgen_frame *f = bpf_map_lookup_elem(&xlgen_frames, &zero);
+	if (!f)
+		return XDP_ABORTED;
+	__u32 len = f->len;
+	if (len < ETH_HLEN || len > XLGEN_FRAME_MAX)
+		return XDP_ABORTED;
+	int have = ctx->data_end - ctx->data;
+	if (have != (int)len && bpf_xdp_adjust_tail(ctx, (int)len - have))
+		return XDP_ABORTED;
+	if (bpf_xdp_store_bytes(ctx, 0, f->b, len))
 		return XDP_ABORTED;
 	bpf_tail_call(ctx, &xlgen_next, 0);
 	return XDP_ABORTED;

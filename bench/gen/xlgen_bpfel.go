@@ -8,17 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type xlgenXlgenFrame struct {
+	_   structs.HostLayout
+	Len uint32
+	B   [128]uint8
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	xlgenMapXlgenFrames = "xlgen_frames"
 	xlgenMapXlgenNext   = "xlgen_next"
 	xlgenProgXlgenDrop  = "xlgen_drop"
 	xlgenProgXlgenPass  = "xlgen_pass"
+	xlgenProgXlgenResyn = "xlgen_resyn"
 	xlgenProgXlgenSpoof = "xlgen_spoof"
 	xlgenProgXlgenTx    = "xlgen_tx"
 	xlgenVarGenIfindex  = "gen_ifindex"
@@ -70,6 +79,7 @@ type xlgenSpecs struct {
 type xlgenProgramSpecs struct {
 	XlgenDrop  *ebpf.ProgramSpec `ebpf:"xlgen_drop"`
 	XlgenPass  *ebpf.ProgramSpec `ebpf:"xlgen_pass"`
+	XlgenResyn *ebpf.ProgramSpec `ebpf:"xlgen_resyn"`
 	XlgenSpoof *ebpf.ProgramSpec `ebpf:"xlgen_spoof"`
 	XlgenTx    *ebpf.ProgramSpec `ebpf:"xlgen_tx"`
 }
@@ -78,7 +88,8 @@ type xlgenProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlgenMapSpecs struct {
-	XlgenNext *ebpf.MapSpec `ebpf:"xlgen_next"`
+	XlgenFrames *ebpf.MapSpec `ebpf:"xlgen_frames"`
+	XlgenNext   *ebpf.MapSpec `ebpf:"xlgen_next"`
 }
 
 // xlgenVariableSpecs contains global variables before they are loaded into the kernel.
@@ -110,11 +121,13 @@ func (o *xlgenObjects) Close() error {
 //
 // It can be passed to loadXlgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlgenMaps struct {
-	XlgenNext *ebpf.Map `ebpf:"xlgen_next"`
+	XlgenFrames *ebpf.Map `ebpf:"xlgen_frames"`
+	XlgenNext   *ebpf.Map `ebpf:"xlgen_next"`
 }
 
 func (m *xlgenMaps) Close() error {
 	return _XlgenClose(
+		m.XlgenFrames,
 		m.XlgenNext,
 	)
 }
@@ -134,6 +147,7 @@ type xlgenVariables struct {
 type xlgenPrograms struct {
 	XlgenDrop  *ebpf.Program `ebpf:"xlgen_drop"`
 	XlgenPass  *ebpf.Program `ebpf:"xlgen_pass"`
+	XlgenResyn *ebpf.Program `ebpf:"xlgen_resyn"`
 	XlgenSpoof *ebpf.Program `ebpf:"xlgen_spoof"`
 	XlgenTx    *ebpf.Program `ebpf:"xlgen_tx"`
 }
@@ -142,6 +156,7 @@ func (p *xlgenPrograms) Close() error {
 	return _XlgenClose(
 		p.XlgenDrop,
 		p.XlgenPass,
+		p.XlgenResyn,
 		p.XlgenSpoof,
 		p.XlgenTx,
 	)
