@@ -108,8 +108,8 @@ test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy f
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
 .PHONY: test-kernel
-test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock.
-	$(GO) test $(GOFLAGS_TEST) ./maps/... ./loader/...
+test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock; the bench's BPF helpers (bench/gen).
+	$(GO) test $(GOFLAGS_TEST) ./maps/... ./loader/... ./bench/gen/
 
 .PHONY: e2e
 e2e: build-test ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon (its test build).
