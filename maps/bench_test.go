@@ -538,35 +538,14 @@ func BenchmarkClock(b *testing.B) {
 // gen_ipv4_repeat runs the helper program in one repeated run, without
 // the syscall's noise.
 func BenchmarkCookie(b *testing.B) {
-	requireRoot(b)
-	o, err := Load(Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer o.Close()
-	plan, err := dataplane.Compile(&dataplane.Spec{CookieRate: 1e8, Rules: []dataplane.RuleSpec{
-		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 0.001, Burst: 1, SynCookies: "always"},
-		{Name: "syn", Protocol: "tcp", Ports: ports(81, 81), SynOnly: true, Rate: 0.001, Burst: 1},
-	}}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := o.Tables().Apply(plan); err != nil {
-		b.Fatal(err)
-	}
-	if err := o.Tables().SetHostAddrs(defaultHost()); err != nil {
-		b.Fatal(err)
-	}
-	synFrom := func(src string, port uint16) []byte {
-		s := frame.Spec{Src: netip.MustParseAddr(src), Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: port,
-			TCPFlags: frame.TCPSyn, TCPSeq: 777000}
-		return withTCPOptions(b, frame.MustBuild(s), 14, linuxSYNOptions(99999))
-	}
+	o, _ := cookieBench(b, 1e8,
+		dataplane.RuleSpec{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 0.001, Burst: 1, SynCookies: "always"},
+		dataplane.RuleSpec{Name: "syn", Protocol: "tcp", Ports: ports(81, 81), SynOnly: true, Rate: 0.001, Burst: 1})
+	synFrom := func(src string, port uint16) []byte { return benchSYN(b, src, port, true) }
 	syn := func(port uint16) []byte { return synFrom("198.51.100.1", port) }
 	answer, ruleOnly := syn(80), syn(81)
 	answer6 := synFrom("2001:db8:1::1", 80)
-	noOpts := frame.MustBuild(frame.Spec{Src: netip.MustParseAddr("198.51.100.1"), Proto: frame.ProtoTCP,
-		SrcPort: 40000, DstPort: 80, TCPFlags: frame.TCPSyn, TCPSeq: 777000})
+	noOpts := benchSYN(b, "198.51.100.1", 80, false)
 	// The kernel's cookie alone: r1 = IP header, r2 = TCP header, r3 its
 	// length, after the bounds check the helper's arguments need.
 	genProg := func(fn asm.BuiltinFunc, l4 int32, f []byte) *ebpf.Program {
@@ -666,39 +645,15 @@ func BenchmarkCookie(b *testing.B) {
 // ipv4_noopts (no options: a flood's usual SYN, answered with the MSS
 // alone) and ipv6.
 func BenchmarkCookieRepeat(b *testing.B) {
-	requireRoot(b)
-	o, err := Load(Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer o.Close()
-	plan, err := dataplane.Compile(&dataplane.Spec{CookieRate: 1e9, Rules: []dataplane.RuleSpec{
-		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 0.001, Burst: 1, SynCookies: "always"},
-	}}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := o.Tables().Apply(plan); err != nil {
-		b.Fatal(err)
-	}
-	if err := o.Tables().SetHostAddrs(defaultHost()); err != nil {
-		b.Fatal(err)
-	}
+	o, plan := cookieBench(b, 1e9,
+		dataplane.RuleSpec{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 0.001, Burst: 1, SynCookies: "always"})
 	slot := plan.Slot("web")
 	drop, err := gen.NewReceiver(gen.ReceiverDrop)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer drop.Close()
-	syn := func(src string, opts bool) []byte {
-		s := frame.Spec{Src: netip.MustParseAddr(src), Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: 80,
-			TCPFlags: frame.TCPSyn, TCPSeq: 777000}
-		f := frame.MustBuild(s)
-		if opts {
-			f = withTCPOptions(b, f, 14, linuxSYNOptions(99999))
-		}
-		return f
-	}
+	syn := func(src string, opts bool) []byte { return benchSYN(b, src, 80, opts) }
 	for _, c := range []struct {
 		name  string
 		frame []byte
@@ -758,6 +713,40 @@ func BenchmarkCookieRepeat(b *testing.B) {
 			b.ReportMetric(float64(after.Sent-before.Sent)/float64(per*cookieRounds), "sent/op")
 		})
 	}
+}
+
+// cookieBench loads the objects of the cookie benchmarks (closed when b
+// ends) with rules, answers from a budget of cookieRate a second, and the
+// default host's addresses.
+func cookieBench(b *testing.B, cookieRate float64, rules ...dataplane.RuleSpec) (*Objects, *dataplane.Plan) {
+	b.Helper()
+	requireRoot(b)
+	o, err := Load(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { o.Close() })
+	plan, err := dataplane.Compile(&dataplane.Spec{CookieRate: cookieRate, Rules: rules}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := o.Tables().Apply(plan); err != nil {
+		b.Fatal(err)
+	}
+	if err := o.Tables().SetHostAddrs(defaultHost()); err != nil {
+		b.Fatal(err)
+	}
+	return o, plan
+}
+
+// benchSYN is a SYN from src to port, with Linux's options or none.
+func benchSYN(b *testing.B, src string, port uint16, opts bool) []byte {
+	f := frame.MustBuild(frame.Spec{Src: netip.MustParseAddr(src), Proto: frame.ProtoTCP, SrcPort: 40000,
+		DstPort: port, TCPFlags: frame.TCPSyn, TCPSeq: 777000})
+	if opts {
+		f = withTCPOptions(b, f, 14, linuxSYNOptions(99999))
+	}
+	return f
 }
 
 // cookieRounds is how many alternating rounds BenchmarkCookieRepeat

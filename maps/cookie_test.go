@@ -405,19 +405,7 @@ func TestCookieLeavesTimeWait(t *testing.T) {
 	// A connection from client to server on the namespace's loopback,
 	// closed by the server first: the server's end stays in TIME_WAIT.
 	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.20")
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []netip.Addr{server, client} {
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}}
-		if err := netlink.AddrAdd(lo, addr); err != nil {
-			t.Fatalf("add %s to lo: %v", a, err)
-		}
-	}
+	loWith(t, server, client)
 	c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -481,16 +469,7 @@ func TestCookieLeavesQueuedHandshake(t *testing.T) {
 	// sent (a handshake without a route is not kept) and then dropped on
 	// input as not its own: no RST ends the handshake.
 	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.30")
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: server.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
-		t.Fatalf("add %s to lo: %v", server, err)
-	}
+	lo := loWith(t, server)
 	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK,
 		Dst: &net.IPNet{IP: client.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
 		t.Fatalf("route %s to lo: %v", client, err)
@@ -528,4 +507,23 @@ func TestCookieLeavesQueuedHandshake(t *testing.T) {
 	if n := h.answerCounters(t, slot).Sub(beforeClass).Cookie[dataplane.AnswerSocket]; n != 1 {
 		t.Errorf("class socket counted %d SYNs, want 1", n)
 	}
+}
+
+// loWith brings up the loopback of the test's network namespace
+// (cookieListener) with addrs as /32s on it, and returns it.
+func loWith(tb testing.TB, addrs ...netip.Addr) netlink.Link {
+	tb.Helper()
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		tb.Fatal(err)
+	}
+	for _, a := range addrs {
+		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+			tb.Fatalf("add %s to lo: %v", a, err)
+		}
+	}
+	return lo
 }
