@@ -20,6 +20,11 @@
  * tail-calls a receiver that rewrites it (a SYN answered with a cookie):
  * the answer measured without a syscall per packet.
  *
+ * xlgen_clone is the sender where the kernel refuses live frames: a TC
+ * program that BPF_PROG_TEST_RUN runs on one skb, which it sends out of
+ * gen_ifindex gen_clones times (bpf_clone_redirect), on the transmit queue
+ * of the running CPU's number modulo gen_queues.
+ *
  * xlgen_drop and xlgen_pass are the one-line receivers: XDP_DROP (the
  * fastest possible receiver) and XDP_PASS (no filter; an XDP program on a
  * veth enables the NAPI that ndo_xdp_xmit needs). */
@@ -35,11 +40,19 @@ volatile const __u32 gen_ifindex = 0;
 /* Set at any time (.bss, mmapped by the loader). */
 volatile __u32 gen_src_base = 0; /* host byte order */
 volatile __u32 gen_src_mask = 0; /* host bits that vary; 0: keep the source */
+/* xlgen_clone's copies per run (at most XLGEN_CLONES_MAX) and the transmit
+ * queues it spreads them over by CPU (0: the interface's own choice). */
+volatile __u32 gen_clones = 1;
+volatile __u32 gen_queues = 0;
 
 #define ETH_HLEN 14
 /* The longest frame xlgen_resyn restores. */
-#define XLGEN_FRAME_MAX 128
-#define ETH_P_IP	0x0800
+#define XLGEN_FRAME_MAX	 128
+#define ETH_P_IP	 0x0800
+#define XLGEN_CLONES_MAX 256
+/* linux/pkt_cls.h's verdicts (not among bpf/include's headers). */
+#define TC_ACT_UNSPEC (-1)
+#define TC_ACT_SHOT   2
 
 /* Gives the frame a random IPv4 source within gen_src_base/gen_src_mask and
  * recomputes its IPv4 header checksum; 0, or -1 for a frame that is not
@@ -141,6 +154,45 @@ int xlgen_resyn(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	bpf_tail_call(ctx, &xlgen_next, 0);
 	return XDP_ABORTED;
+}
+
+/* xlgen_clone: the sender where the kernel refuses live frames. Run by
+ * BPF_PROG_TEST_RUN as a TC program on a thread inside gen_ifindex's
+ * namespace (the kernel resolves the index there), it transmits
+ * gen_clones copies of the skb out of gen_ifindex (bpf_clone_redirect: a
+ * clone each, through the interface's transmit path, no socket). With
+ * gen_queues, every copy goes to transmit queue CPU % gen_queues (a
+ * recorded receive queue, which the kernel's queue choice follows when no
+ * socket and no XPS map decide); a veth hands it to its peer's receive
+ * queue of the same number. With gen_src_mask, each copy gets a random
+ * source (IPv4 after an untagged Ethernet header, no UDP checksum; the IPv4
+ * header checksum is updated). The skb itself is dropped: TC_ACT_SHOT,
+ * or TC_ACT_UNSPEC when a copy could not be made or handed to the
+ * interface (a copy the interface drops, its peer's ring full, counts as
+ * sent: the interface counts the drop). */
+SEC("tc")
+int xlgen_clone(struct __sk_buff *skb)
+{
+	__u32 n = gen_clones, queues = gen_queues;
+	if (queues)
+		skb->queue_mapping = bpf_get_smp_processor_id() % queues + 1;
+	for (__u32 i = 0; i < XLGEN_CLONES_MAX && i < n; i++) {
+		if (gen_src_mask) {
+			__u32 old;
+			if (bpf_skb_load_bytes(skb, ETH_HLEN + 12, &old, 4))
+				return TC_ACT_UNSPEC;
+			__u32 src =
+			    bpf_htonl(gen_src_base | (bpf_get_prandom_u32() & gen_src_mask));
+			if (bpf_l3_csum_replace(skb, ETH_HLEN + 10, old, src, 4) ||
+			    bpf_skb_store_bytes(skb, ETH_HLEN + 12, &src, 4, 0))
+				return TC_ACT_UNSPEC;
+		}
+		/* > 0: the interface dropped the copy (NET_XMIT_DROP: its peer's
+		 * ring is full), which it counts; < 0: no copy was sent. */
+		if (bpf_clone_redirect(skb, gen_ifindex, 0) < 0)
+			return TC_ACT_UNSPEC;
+	}
+	return TC_ACT_SHOT;
 }
 
 SEC("xdp")

@@ -25,12 +25,15 @@ type xlgenXlgenFrame struct {
 const (
 	xlgenMapXlgenFrames = "xlgen_frames"
 	xlgenMapXlgenNext   = "xlgen_next"
+	xlgenProgXlgenClone = "xlgen_clone"
 	xlgenProgXlgenDrop  = "xlgen_drop"
 	xlgenProgXlgenPass  = "xlgen_pass"
 	xlgenProgXlgenResyn = "xlgen_resyn"
 	xlgenProgXlgenSpoof = "xlgen_spoof"
 	xlgenProgXlgenTx    = "xlgen_tx"
+	xlgenVarGenClones   = "gen_clones"
 	xlgenVarGenIfindex  = "gen_ifindex"
+	xlgenVarGenQueues   = "gen_queues"
 	xlgenVarGenSrcBase  = "gen_src_base"
 	xlgenVarGenSrcMask  = "gen_src_mask"
 )
@@ -77,6 +80,7 @@ type xlgenSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlgenProgramSpecs struct {
+	XlgenClone *ebpf.ProgramSpec `ebpf:"xlgen_clone"`
 	XlgenDrop  *ebpf.ProgramSpec `ebpf:"xlgen_drop"`
 	XlgenPass  *ebpf.ProgramSpec `ebpf:"xlgen_pass"`
 	XlgenResyn *ebpf.ProgramSpec `ebpf:"xlgen_resyn"`
@@ -96,7 +100,9 @@ type xlgenMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlgenVariableSpecs struct {
+	GenClones  *ebpf.VariableSpec `ebpf:"gen_clones"`
 	GenIfindex *ebpf.VariableSpec `ebpf:"gen_ifindex"`
+	GenQueues  *ebpf.VariableSpec `ebpf:"gen_queues"`
 	GenSrcBase *ebpf.VariableSpec `ebpf:"gen_src_base"`
 	GenSrcMask *ebpf.VariableSpec `ebpf:"gen_src_mask"`
 }
@@ -136,7 +142,9 @@ func (m *xlgenMaps) Close() error {
 //
 // It can be passed to loadXlgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlgenVariables struct {
+	GenClones  *ebpf.Variable `ebpf:"gen_clones"`
 	GenIfindex *ebpf.Variable `ebpf:"gen_ifindex"`
+	GenQueues  *ebpf.Variable `ebpf:"gen_queues"`
 	GenSrcBase *ebpf.Variable `ebpf:"gen_src_base"`
 	GenSrcMask *ebpf.Variable `ebpf:"gen_src_mask"`
 }
@@ -145,6 +153,7 @@ type xlgenVariables struct {
 //
 // It can be passed to loadXlgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlgenPrograms struct {
+	XlgenClone *ebpf.Program `ebpf:"xlgen_clone"`
 	XlgenDrop  *ebpf.Program `ebpf:"xlgen_drop"`
 	XlgenPass  *ebpf.Program `ebpf:"xlgen_pass"`
 	XlgenResyn *ebpf.Program `ebpf:"xlgen_resyn"`
@@ -154,6 +163,7 @@ type xlgenPrograms struct {
 
 func (p *xlgenPrograms) Close() error {
 	return _XlgenClose(
+		p.XlgenClone,
 		p.XlgenDrop,
 		p.XlgenPass,
 		p.XlgenResyn,

@@ -3,6 +3,7 @@
 package lab
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -107,4 +108,71 @@ func writeSysctl(key, value string) error {
 		return fmt.Errorf("write sysctl %s: %w", p, err)
 	}
 	return nil
+}
+
+// ethtoolBuf issues one SIOCETHTOOL whose payload is buf (a command
+// structure with its flexible array).
+func ethtoolBuf(fd int, ifname string, buf []byte) error {
+	var ifr ifreqPtr
+	copy(ifr.name[:unix.IFNAMSIZ-1], ifname)
+	ifr.data = unsafe.Pointer(&buf[0])
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
+	runtime.KeepAlive(buf)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// Stats reads the driver's statistics of ifname, an interface of n (what
+// `ethtool -S` prints: a veth's rx_queue_N_xdp_packets, ...), with the
+// SIOCETHTOOL ioctl: no ethtool binary needed.
+func (n *NS) Stats(ifname string) (map[string]uint64, error) {
+	const (
+		ethSSStats    = 1  // ETH_SS_STATS
+		ethGStringLen = 32 // ETH_GSTRING_LEN
+	)
+	out := map[string]uint64{}
+	err := n.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open ethtool socket: %w", err)
+		}
+		defer unix.Close(fd)
+		// struct ethtool_sset_info: cmd, reserved, sset_mask, data[1].
+		info := make([]byte, 4+4+8+4)
+		binary.NativeEndian.PutUint32(info, unix.ETHTOOL_GSSET_INFO)
+		binary.NativeEndian.PutUint64(info[8:], 1<<ethSSStats)
+		if err := ethtoolBuf(fd, ifname, info); err != nil {
+			return fmt.Errorf("read the statistics count of %s: %w", ifname, err)
+		}
+		if binary.NativeEndian.Uint64(info[8:]) == 0 {
+			return fmt.Errorf("read the statistics of %s: the driver has none", ifname)
+		}
+		count := int(binary.NativeEndian.Uint32(info[16:]))
+		// struct ethtool_gstrings: cmd, string_set, len, data[len][32].
+		names := make([]byte, 12+count*ethGStringLen)
+		binary.NativeEndian.PutUint32(names, unix.ETHTOOL_GSTRINGS)
+		binary.NativeEndian.PutUint32(names[4:], ethSSStats)
+		binary.NativeEndian.PutUint32(names[8:], uint32(count))
+		if err := ethtoolBuf(fd, ifname, names); err != nil {
+			return fmt.Errorf("read the statistics names of %s: %w", ifname, err)
+		}
+		// struct ethtool_stats: cmd, n_stats, data[n_stats] (u64).
+		vals := make([]byte, 8+count*8)
+		binary.NativeEndian.PutUint32(vals, unix.ETHTOOL_GSTATS)
+		binary.NativeEndian.PutUint32(vals[4:], uint32(count))
+		if err := ethtoolBuf(fd, ifname, vals); err != nil {
+			return fmt.Errorf("read the statistics of %s: %w", ifname, err)
+		}
+		if got := int(binary.NativeEndian.Uint32(vals[4:])); got < count {
+			count = got
+		}
+		for i := range count {
+			name := unix.ByteSliceToString(names[12+i*ethGStringLen : 12+(i+1)*ethGStringLen])
+			out[name] = binary.NativeEndian.Uint64(vals[8+i*8:])
+		}
+		return nil
+	})
+	return out, err
 }

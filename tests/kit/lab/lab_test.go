@@ -5,6 +5,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -630,4 +631,42 @@ func listenCounter(t *testing.T, l *Lab, spec FloodSpec, port uint16) *UDPCounte
 	}
 	t.Cleanup(func() { ctr.Close() })
 	return ctr
+}
+
+// TestStats: the driver statistics read by ioctl are ethtool -S's, name for
+// name and value for value (read at rest), and a veth's per-queue XDP
+// counters are among them.
+func TestStats(t *testing.T) {
+	if _, err := exec.LookPath("ethtool"); err != nil {
+		t.Skip("needs ethtool, the reference")
+	}
+	l := newLab(t, Options{Queues: 2})
+	got, err := l.Server.Stats(l.ServerIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := l.Server.Command(context.Background(), "ethtool", "-S", l.ServerIf).Output()
+	if err != nil {
+		t.Fatalf("ethtool -S: %v", err)
+	}
+	want := map[string]uint64{}
+	for _, line := range strings.Split(string(out), "\n")[1:] { // after "NIC statistics:"
+		name, val, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			t.Fatalf("ethtool -S line %q: %v", line, err)
+		}
+		want[name] = v
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("Stats = %v\nethtool -S = %v", got, want)
+	}
+	for _, k := range []string{"rx_queue_0_xdp_packets", "rx_queue_1_xdp_packets"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("no %s", k)
+		}
+	}
 }
