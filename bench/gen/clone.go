@@ -52,11 +52,7 @@ func NewCloner(o ClonerOptions) (*Cloner, error) {
 	if o.Clones < 1 || o.Clones > 256 || o.Queues < 0 || o.Queues > 256 {
 		return nil, fmt.Errorf("load cloner: %d clones (1 to 256), %d queues (0 to 256)", o.Clones, o.Queues)
 	}
-	spec, err := loadXlgen()
-	if err != nil {
-		return nil, fmt.Errorf("load cloner spec: %w", err)
-	}
-	set := map[string]uint32{
+	vars := map[string]uint32{
 		xlgenVarGenIfindex: uint32(o.Ifindex),
 		xlgenVarGenClones:  uint32(o.Clones),
 		xlgenVarGenQueues:  uint32(o.Queues),
@@ -66,22 +62,13 @@ func NewCloner(o ClonerOptions) (*Cloner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load cloner: %w", err)
 		}
-		set[xlgenVarGenSrcBase], set[xlgenVarGenSrcMask] = base, mask
-	}
-	for name, v := range set {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("load cloner: set %s: %w", name, err)
-		}
+		vars[xlgenVarGenSrcBase], vars[xlgenVarGenSrcMask] = base, mask
 	}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"xlgen_clone"`
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load cloner: %+v", ve)
-		}
-		return nil, fmt.Errorf("load cloner: %w", err)
+	if err := loadInto("cloner", vars, &objs); err != nil {
+		return nil, err
 	}
 	return &Cloner{prog: objs.Prog, clones: o.Clones}, nil
 }

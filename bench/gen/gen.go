@@ -38,22 +38,35 @@ func NewGenerator(ifindex int) (*Generator, error) {
 	if ifindex <= 0 {
 		return nil, fmt.Errorf("load generator: invalid ifindex %d", ifindex)
 	}
-	spec, err := loadXlgen()
-	if err != nil {
-		return nil, fmt.Errorf("load generator spec: %w", err)
-	}
-	if err := spec.Variables[xlgenVarGenIfindex].Set(uint32(ifindex)); err != nil {
-		return nil, fmt.Errorf("load generator: set ifindex: %w", err)
-	}
 	var g Generator
-	if err := spec.LoadAndAssign(&g.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load generator: %+v", ve)
-		}
-		return nil, fmt.Errorf("load generator: %w", err)
+	if err := loadInto("generator", map[string]uint32{xlgenVarGenIfindex: uint32(ifindex)}, &g.objs); err != nil {
+		return nil, err
 	}
 	return &g, nil
+}
+
+// loadInto loads what objs names from xlgen.c's collection (objs: a
+// struct of cilium/ebpf's tags, as LoadAndAssign takes), with vars set
+// first (load-time constants, initial .bss values); what names it in
+// errors ("generator", "spoofer", ...).
+func loadInto(what string, vars map[string]uint32, objs any) error {
+	spec, err := loadXlgen()
+	if err != nil {
+		return fmt.Errorf("load %s spec: %w", what, err)
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("load %s: set %s: %w", what, name, err)
+		}
+	}
+	if err := spec.LoadAndAssign(objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load %s: %+v", what, ve)
+		}
+		return fmt.Errorf("load %s: %w", what, err)
+	}
+	return nil
 }
 
 // SetRandomSources makes every frame sent from now on carry a random

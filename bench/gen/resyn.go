@@ -36,21 +36,13 @@ func NewResyn(receiver *ebpf.Program, frame []byte) (*Resyn, error) {
 	if len(frame) < 14 || len(frame) > frameMax {
 		return nil, fmt.Errorf("load resyn: a frame of %d bytes (14 to %d)", len(frame), frameMax)
 	}
-	spec, err := loadXlgen()
-	if err != nil {
-		return nil, fmt.Errorf("load resyn spec: %w", err)
-	}
 	var objs struct {
 		Prog   *ebpf.Program `ebpf:"xlgen_resyn"`
 		Next   *ebpf.Map     `ebpf:"xlgen_next"`
 		Frames *ebpf.Map     `ebpf:"xlgen_frames"`
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load resyn: %+v", ve)
-		}
-		return nil, fmt.Errorf("load resyn: %w", err)
+	if err := loadInto("resyn", nil, &objs); err != nil {
+		return nil, err
 	}
 	r := &Resyn{prog: objs.Prog, next: objs.Next, frames: objs.Frames}
 	v := make([]byte, 4+frameMax)

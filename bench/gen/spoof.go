@@ -33,26 +33,12 @@ func NewSpoofer(receiver *ebpf.Program, p netip.Prefix) (*Spoofer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spoofer: %w", err)
 	}
-	spec, err := loadXlgen()
-	if err != nil {
-		return nil, fmt.Errorf("load spoofer spec: %w", err)
-	}
-	if err := spec.Variables[xlgenVarGenSrcBase].Set(base); err != nil {
-		return nil, fmt.Errorf("load spoofer: set base: %w", err)
-	}
-	if err := spec.Variables[xlgenVarGenSrcMask].Set(mask); err != nil {
-		return nil, fmt.Errorf("load spoofer: set mask: %w", err)
-	}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"xlgen_spoof"`
 		Next *ebpf.Map     `ebpf:"xlgen_next"`
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load spoofer: %+v", ve)
-		}
-		return nil, fmt.Errorf("load spoofer: %w", err)
+	if err := loadInto("spoofer", map[string]uint32{xlgenVarGenSrcBase: base, xlgenVarGenSrcMask: mask}, &objs); err != nil {
+		return nil, err
 	}
 	s := &Spoofer{prog: objs.Prog, next: objs.Next}
 	if err := s.next.Put(uint32(0), receiver); err != nil {
