@@ -465,8 +465,8 @@ func allCPUs() []int {
 // TestEveryQueueKeepsTheRate: a rule has one bucket for every queue. With
 // every receive queue flooded at once, each from a sender pinned to the
 // CPU of its number, the rule admits its rate within 1 % over a window of
-// the flood's steady state (a bucket per CPU or per queue would admit it
-// once per queue), and every queue carries its part of the flood.
+// the flood's steady state, every queue flooded past the rate on its own
+// (a bucket per CPU or per queue would admit it once per queue).
 func TestEveryQueueKeepsTheRate(t *testing.T) {
 	q := newQueueLab(t)
 	ctx := context.Background()
@@ -488,16 +488,23 @@ func TestEveryQueueKeepsTheRate(t *testing.T) {
 	acc := float64(r.pass) / (queueRate * r.window.Seconds())
 	t.Logf("%d queues flooded at %.2f Mpps (shares %.2f): admitted %d in %v, %.4f of the rule's %d/s",
 		len(cpus), offered/1e6, r.shares, r.pass, r.window.Round(time.Millisecond), acc, queueRate)
-	if offered < 4*queueRate {
-		t.Skipf("the senders offered %.0f frames/s, under 4 × the rule's rate: this machine cannot flood past it", offered)
+	// Every queue must be flooded past the rule's rate on its own (a
+	// bucket per queue would then admit the rate on each). A queue that
+	// got nothing is a fault (the senders' queues, TestCloner); one that
+	// got less, a machine too busy to flood it (other tests' packages run
+	// beside this one).
+	for i, sh := range r.shares {
+		if sh < 0.01 {
+			t.Fatalf("queue %d carried %.3f of the flood: the senders do not reach every queue", i, sh)
+		}
+	}
+	for i, sh := range r.shares {
+		if q := sh * offered; q < 2*queueRate {
+			t.Skipf("queue %d got %.0f frames/s, under 2 × the rule's rate: this machine cannot flood every queue past it", i, q)
+		}
 	}
 	if acc < 0.99 || acc > 1.01 {
 		t.Errorf("admitted %.4f of the rate with every queue flooded, want 0.99-1.01", acc)
-	}
-	for i, sh := range r.shares {
-		if sh < 0.5/float64(len(cpus)) {
-			t.Errorf("queue %d carried %.2f of the flood, want at least half its share", i, sh)
-		}
 	}
 }
 
