@@ -108,8 +108,12 @@ test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy f
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 
 .PHONY: test-kernel
-test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock; the bench's BPF helpers (bench/gen).
-	$(GO) test $(GOFLAGS_TEST) ./maps/... ./loader/... ./bench/gen/
+test-kernel: ## Kernel tests (root): the real program under BPF_PROG_TEST_RUN with a fake clock; the bench's BPF helpers (bench/gen). Prints every skip.
+	$(GO) test $(GOFLAGS_TEST) -v ./maps/... ./loader/... ./bench/gen/ 2>&1 | tee kernel.log | \
+	awk '/^=== (RUN|CONT|PAUSE)/ { buf = ""; next } /^ *--- SKIP/ { printf "%s\n%s", $$0, buf; buf = ""; next } \
+	/^ *--- (PASS|FAIL)/ { if ($$0 ~ /FAIL/) print; buf = ""; next } /^(PASS|FAIL|ok|panic)/ { print; next } { buf = buf $$0 "\n" }' ; \
+	rc=$${PIPESTATUS[0]}; test $$rc -eq 0 || { echo "== test-kernel: the whole output of each failed test (all of it in kernel.log):"; \
+	awk '/^=== RUN/ && $$3 !~ /\// { buf = "" } { buf = buf $$0 "\n" } /^--- FAIL/ { printf "%s", buf; buf = "" }' kernel.log; exit $$rc; }
 
 .PHONY: e2e
 e2e: build-test ## End-to-end tests (root): namespaces, veth, real traffic, the real daemon (its test build).
