@@ -192,6 +192,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_src_table SEC(".maps");
 
+/* State, a cache. Key: CPU * xl_cfg_srcf_lines + line (source.h,
+ * xl_srcf_line). Value: that CPU's line of the per-source filter, entries
+ * for sources its bucket refuses till a time (types.h, xl_srcf_line): a
+ * spoofed flood's source seen again is dropped on one cache line of the
+ * CPU's own, without a read of xl_src_table (a miss to memory) or an
+ * atomic operation. Each CPU its own lines: plain stores, no line shared
+ * between CPUs. Its entries match only under the seed, rule epoch and
+ * units they were written under. The daemon sets the size (possible CPUs
+ * * lines, dataplane.SrcFilterLines) before loading. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_SRCF_LINES);
+	__type(key, __u32);
+	__type(value, struct xl_srcf_line);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_src_filter SEC(".maps");
+
 /* State. Key: set, as xl_src_table's. Value: its ways' rest of an IPv6
  * address beyond /64 and ban state, apart from the ways so that the
  * flood path does not read them. Sized and laid out as xl_src_table. */

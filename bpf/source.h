@@ -382,11 +382,98 @@ static __always_inline int xl_src_ban(struct xl_src_way *w, struct xl_src_scratc
 		if (t - x->over_since_ns >= r->ban_after_ns)
 			x->banned_until_ns = t + r->ban_ns;
 	}
+	/* The filter must let the source's packets reach the table by then. */
+	sc->fnext_ns = x->banned_until_ns ? x->banned_until_ns
+		       : x->over_since_ns ? x->over_since_ns + r->ban_after_ns
+					  : 0;
 	__u32 m = w->meta;
 	__u32 want = x->banned_until_ns ? m | XL_SRC_BANNED : m & ~XL_SRC_BANNED;
 	if (m && want != m)
 		w->meta = want;
 	return ok;
+}
+
+/* The per-source filter's lines per CPU (a power of two), and the CPUs
+ * it has lines for: set by the loader to xl_src_filter's size. A CPU
+ * beyond them goes without. */
+volatile const __u32 xl_cfg_srcf_lines = XL_SRCF_LINES;
+volatile const __u32 xl_cfg_srcf_cpus = 1;
+
+/* The fingerprint of key k in the filter under seed, for rule r's
+ * per-source settings: a hash apart from the set's, over the rule's epoch
+ * and units too, so that an entry written under other settings matches
+ * nothing. Never 0 (an empty entry's). */
+static __always_inline __u32 xl_srcf_fp(const struct xl_source_key *k, __u32 seed,
+					const struct xl_rule *r)
+{
+	__u32 salt = 0x6a09e667u ^ r->epoch * 0x9e3779b1u ^ r->source_units * 0x85ebca6bu;
+	return xl_src_hash(k, seed ^ salt) | 1;
+}
+
+/* This CPU's line of the filter for key k under seed, its key kept in
+ * sc->fline (~0: none), or NULL. */
+static __always_inline struct xl_srcf_line *xl_srcf_line(const struct xl_source_key *k, __u32 seed,
+							 struct xl_src_scratch *sc)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	sc->fline = ~0u;
+	if (cpu >= xl_cfg_srcf_cpus)
+		return NULL;
+	sc->fline = cpu * xl_cfg_srcf_lines + (xl_src_hash(k, seed) & (xl_cfg_srcf_lines - 1));
+	return bpf_map_lookup_elem(&xl_src_filter, &sc->fline);
+}
+
+/* Whether entry e still refuses its source at n (now in the filter's
+ * units): its till is ahead of n, by no more than an entry holds. */
+static __always_inline int xl_srcf_live(__u64 e, __u32 n)
+{
+	__u32 d = ((__u32)(e >> 8) - n) & 0xffffff;
+	return d && d <= XL_SRCF_MAX_WAIT;
+}
+
+/* The entry of line l with fingerprint fp, or -1. */
+static __always_inline int xl_srcf_find(const struct xl_srcf_line *l, __u32 fp)
+{
+	int f = -1;
+#pragma unroll
+	for (int i = 0; i < XL_SRCF_WAYS; i++)
+		if ((__u32)(l->e[i] >> 32) == fp)
+			f = i;
+	return f;
+}
+
+/* Writes the filter's entry for the source of sc (its line, fingerprint
+ * and entry, xl_source_admit_in's lookup) at now_ns: refused till till_ns,
+ * or, when that is not a whole unit ahead, no entry. A new entry takes an
+ * empty or lapsed one, else one picked by its fingerprint (what that
+ * loses: the count of the packets it refused since its source last
+ * reached the table, which its way's drops then never get). */
+static __always_inline void xl_srcf_write(struct xl_src_scratch *sc, __u64 now_ns, __u64 till_ns)
+{
+	if (sc->fline == ~0u)
+		return;
+	struct xl_srcf_line *l = bpf_map_lookup_elem(&xl_src_filter, &sc->fline);
+	if (!l)
+		return;
+	__u32 n = now_ns >> XL_SRCF_SHIFT;
+	__u64 w = till_ns > now_ns ? (till_ns >> XL_SRCF_SHIFT) - n : 0;
+	if (w > XL_SRCF_MAX_WAIT)
+		w = XL_SRCF_MAX_WAIT;
+	int i = sc->fway;
+	if (!w) {
+		if (i >= 0)
+			l->e[i & (XL_SRCF_WAYS - 1)] = 0;
+		return;
+	}
+	if (i < 0) {
+		i = sc->fp & (XL_SRCF_WAYS - 1);
+#pragma unroll
+		for (int j = XL_SRCF_WAYS - 1; j >= 0; j--)
+			if (!(l->e[j] >> 32) || !xl_srcf_live(l->e[j], n))
+				i = j;
+	}
+	l->e[i & (XL_SRCF_WAYS - 1)] = (__u64)sc->fp << 32 | (__u64)((n + (__u32)w) & 0xffffff)
+								 << 8;
 }
 
 /* xl_source_admit_in's answer when the source's way is in other units
@@ -455,7 +542,28 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	 * stays within 6.1's chain of calls. */
 	sc->same = same;
 	sc->seed = seed;
-	__u64 now_u = xl_time_inline(now) << XL_TIME_SHIFT;
+	__u64 now_ns = xl_time_inline(now);
+	/* The filter: a source the table refused and whose bucket refuses it
+	 * still is dropped here, on the CPU's own line, and counted there. */
+	sc->fway = -1;
+	sc->fcarry = 0;
+	sc->fnext_ns = 0;
+	struct xl_srcf_line *l = xl_srcf_line(&sc->key, seed, sc);
+	if (l) {
+		sc->fp = xl_srcf_fp(&sc->key, seed, r);
+		int i = xl_srcf_find(l, sc->fp);
+		if (i >= 0) {
+			__u64 *e = &l->e[i & (XL_SRCF_WAYS - 1)];
+			if (xl_srcf_live(*e, now_ns >> XL_SRCF_SHIFT) &&
+			    (*e & 0xff) < XL_SRCF_COUNT_MAX) {
+				*e += 1;
+				return 0;
+			}
+			sc->fway = i;
+			sc->fcarry = *e & 0xff;
+		}
+	}
+	__u64 now_u = now_ns << XL_TIME_SHIFT;
 	struct xl_src_way *s = xl_src_locate(&sc->key, r, now_u, seed, 1, &sc->pl);
 	if (!s)
 		return 1;
@@ -495,8 +603,26 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 
 	if (r->flags & XL_RULE_BAN)
 		ok = xl_src_ban(s, sc, r, now_u >> XL_TIME_SHIFT, ok);
-	if (!ok && s->drops < XL_SRC_DROPS_MAX)
-		__sync_fetch_and_add(&s->drops, 1);
+	/* The filter's count of this source's drops comes with this one. */
+	__u32 add = !ok + sc->fcarry;
+	if (add && s->drops < XL_SRC_DROPS_MAX)
+		__sync_fetch_and_add(&s->drops, add);
+
+	/* Refused: till when its bucket refuses it anyway, for the filter.
+	 * It conforms once its TAT, less the credit this CPU holds for it
+	 * (which goes back to the TAT before anything else can spend it),
+	 * is within the tolerance of the packet's increment. A ban rule's
+	 * source reaches the table again when its ban ends or would start. */
+	__u64 till = 0;
+	if (!ok) {
+		cr = xl_src_credit_for(r, sc->key.slot);
+		__s64 ahead = (__s64)(s->tat + inc - b->tol - (cr ? cr->credit : 0) - now_u);
+		if (ahead > 0)
+			till = now_u / (1 << XL_TIME_SHIFT) + (__u64)ahead / (1 << XL_TIME_SHIFT);
+		if ((r->flags & XL_RULE_BAN) && sc->fnext_ns && sc->fnext_ns < till)
+			till = sc->fnext_ns;
+	}
+	xl_srcf_write(sc, now_u >> XL_TIME_SHIFT, till);
 	return ok;
 }
 

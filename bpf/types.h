@@ -382,6 +382,29 @@ struct xl_src_ext_set {
 	struct xl_src_ext ext[XL_SRC_WAYS];
 };
 
+/* The per-source filter (state, source.h, xl_srcf_*): in front of
+ * xl_src_table, each CPU's own lines of XL_SRCF_WAYS entries, a line
+ * picked by the source's set hash. An entry remembers a source refused at
+ * the table till when its bucket refuses it anyway:
+ *   fingerprint (32 bits, never 0) << 32 | till (24 bits) << 8 | count,
+ * till in units of 2^XL_SRCF_SHIFT ns, count the packets it refused since
+ * (folded into the way's drops when the source next reaches the table).
+ * 0: empty. */
+#define XL_SRCF_WAYS 8
+/* Lines per CPU by default (the loader sets xl_cfg_srcf_lines). */
+#define XL_SRCF_LINES 8192
+#define XL_SRCF_SHIFT 20
+/* The longest wait an entry holds, in its units (73 minutes; longer waits
+ * are cut to it: the source reaches the table sooner, no harm done). A
+ * till wraps every 2^24 units (4.9 hours). */
+#define XL_SRCF_MAX_WAIT (1u << 22)
+/* An entry's count stops here: its next packet goes to the table. */
+#define XL_SRCF_COUNT_MAX 0xffu
+
+struct xl_srcf_line {
+	__u64 e[XL_SRCF_WAYS];
+};
+
 /* Where a source's way is, or goes (source.h, xl_src_locate): its sets,
  * the lookups' keys, and the way; and the best way to take so far. */
 struct xl_src_place {
@@ -404,6 +427,11 @@ struct xl_src_scratch {
 	__u32 refilled;		 /* the source's bucket was full before the packet */
 	__u32 same;		 /* the CPU's credit is the source's */
 	__u32 seed;		 /* the table's hash key */
+	__u32 fline;		 /* the source's line of xl_src_filter, or ~0: none */
+	__u32 fp;		 /* its fingerprint there */
+	__s32 fway;		 /* its entry in that line, or -1 */
+	__u32 fcarry;		 /* that entry's count, for the way's drops */
+	__u64 fnext_ns;		 /* a ban rule's next change of state (0: none) */
 };
 
 /* Bucket state (state, written by the XDP program only). */

@@ -190,6 +190,9 @@ func (h *harness) apply(tb testing.TB, p *dataplane.Plan) {
 		tb.Fatalf("read the per-source seed: %v", err)
 	}
 	h.model.SrcSeed, h.model.SrcSets = seed, h.obj.SourceSets()
+	if h.model.SrcFilterLines, err = h.obj.SourceFilterLines(); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // slot returns the slot of a rule of the active plan, failing when absent.

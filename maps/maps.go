@@ -73,6 +73,11 @@ func Load(opts Options) (*Objects, error) {
 			}
 			o.SourcesReset = o.SourcesReset || reset
 		}
+		// The filter in front of it is a cache: one of another size
+		// starts empty, and says nothing of the sources' state.
+		if _, err := unpinIfResized(filepath.Join(opts.PinDir, xdpMapXlSrcFilter), spec.Maps[xdpMapXlSrcFilter].MaxEntries); err != nil {
+			return nil, err
+		}
 	}
 	err = spec.LoadAndAssign(&o.objs, &ebpf.CollectionOptions{
 		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
@@ -130,7 +135,32 @@ func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	if err := spec.Variables[xdpVarXlCfgSrcSets].Set(sets); err != nil {
 		return nil, fmt.Errorf("set the per-source table's sets: %w", err)
 	}
+	if err := setSrcFilter(spec, int(sets)); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// setSrcFilter sizes spec's per-source filter (xl_src_filter) for a table
+// of sets sets: dataplane.SrcFilterLines lines for each possible CPU. A
+// TC object's spec has the variables but not the map (loadOverXDP).
+func setSrcFilter(spec *ebpf.CollectionSpec, sets int) error {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("size the per-source filter: %w", err)
+	}
+	lines := dataplane.SrcFilterLines(sets, ncpu)
+	if m, ok := spec.Maps[xdpMapXlSrcFilter]; ok {
+		m.MaxEntries = uint32(lines * ncpu)
+	}
+	for name, v := range map[string]uint32{xdpVarXlCfgSrcfLines: uint32(lines), xdpVarXlCfgSrcfCpus: uint32(ncpu)} {
+		if sv, ok := spec.Variables[name]; ok {
+			if err := sv.Set(v); err != nil {
+				return fmt.Errorf("size the per-source filter: set %s: %w", name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // loadError says what a failed load of the collection means.
@@ -198,6 +228,10 @@ type Tables struct {
 	// srcTable and srcExts are the per-source table (sources.go); nil in
 	// pins of an xlimit from before it, which kept an LRU hash instead.
 	srcTable, srcExts *ebpf.Map
+	// srcFilter is the filter in front of them, whose entries count drops
+	// that the ways' do not have yet; nil in pins of an xlimit from before
+	// it.
+	srcFilter *ebpf.Map
 	// prefilter is nil in pins of an xlimit from before it: then no
 	// generation is written with one (GlobalPrefilter), and the program
 	// looks every source up.
@@ -224,7 +258,7 @@ func (o *Objects) Tables() *Tables {
 		gen: m.XlGen, config: m.XlConfig, rules: m.XlRules, ports: m.XlPorts,
 		prefix4: m.XlPrefix4, prefix6: m.XlPrefix6, limits: m.XlLimits,
 		buckets: m.XlBuckets, stats: m.XlStats, clock: m.XlClock, srcTable: m.XlSrcTable, srcExts: m.XlSrcExts,
-		conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, confirm: m.XlConfirm,
+		srcFilter: m.XlSrcFilter, conns: m.XlConns, hostAddrs: m.XlHostAddrs, prefilter: m.XlPrefilter, flood: m.XlFlood, confirm: m.XlConfirm,
 		cookie: o.cookieMaps(), resp: o.respMaps(), fakeClock: o.fakeClock,
 	}
 }
@@ -255,7 +289,7 @@ func OpenPinned(dir string, readOnly bool) (*Tables, error) {
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{xdpMapXlSrcTable, &t.srcTable}, {xdpMapXlSrcExts, &t.srcExts}} {
+	}{{xdpMapXlSrcTable, &t.srcTable}, {xdpMapXlSrcExts, &t.srcExts}, {xdpMapXlSrcFilter, &t.srcFilter}} {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Close()
@@ -301,7 +335,7 @@ func (t *Tables) Close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm, t.limits, t.buckets, t.stats, t.srcTable, t.srcExts, t.conns, t.hostAddrs} {
+	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm, t.limits, t.buckets, t.stats, t.srcTable, t.srcExts, t.srcFilter, t.conns, t.hostAddrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

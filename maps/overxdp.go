@@ -23,11 +23,15 @@ func (o *Objects) loadOverXDP(spec *ebpf.CollectionSpec, prog, what string, fake
 			return nil, fmt.Errorf("set fake clock: %w", err)
 		}
 	}
-	// The per-source table's sets, as the XDP object's (loadSpec).
+	// The per-source table's sets and its filter's lines, as the XDP
+	// object's (loadSpec).
 	if v, ok := spec.Variables[xdpVarXlCfgSrcSets]; ok {
 		if err := v.Set(uint32(o.SourceSets())); err != nil {
 			return nil, fmt.Errorf("set the per-source table's sets: %w", err)
 		}
+	}
+	if err := setSrcFilter(spec, o.SourceSets()); err != nil {
+		return nil, err
 	}
 	repl := map[string]*ebpf.Map{}
 	mv := reflect.ValueOf(&o.objs.xdpMaps).Elem()

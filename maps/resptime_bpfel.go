@@ -280,6 +280,11 @@ type resptimeXlSrcScratch struct {
 	Refilled uint32
 	Same     uint32
 	Seed     uint32
+	Fline    uint32
+	Fp       uint32
+	Fway     int32
+	Fcarry   uint32
+	FnextNs  uint64
 }
 
 type resptimeXlSrcSet struct {
@@ -293,6 +298,11 @@ type resptimeXlSrcSet struct {
 		Epoch uint32
 		Drops uint32
 	}
+}
+
+type resptimeXlSrcfLine struct {
+	_ structs.HostLayout
+	E [8]uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -322,6 +332,7 @@ const (
 	resptimeMapXlSkConns         = "xl_sk_conns"
 	resptimeMapXlSrcCredits      = "xl_src_credits"
 	resptimeMapXlSrcExts         = "xl_src_exts"
+	resptimeMapXlSrcFilter       = "xl_src_filter"
 	resptimeMapXlSrcScratch      = "xl_src_scratch"
 	resptimeMapXlSrcTable        = "xl_src_table"
 	resptimeMapXlStats           = "xl_stats"
@@ -401,6 +412,7 @@ type resptimeMapSpecs struct {
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
 	XlSrcExts     *ebpf.MapSpec `ebpf:"xl_src_exts"`
+	XlSrcFilter   *ebpf.MapSpec `ebpf:"xl_src_filter"`
 	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
 	XlSrcTable    *ebpf.MapSpec `ebpf:"xl_src_table"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
@@ -456,6 +468,7 @@ type resptimeMaps struct {
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
 	XlSrcExts     *ebpf.Map `ebpf:"xl_src_exts"`
+	XlSrcFilter   *ebpf.Map `ebpf:"xl_src_filter"`
 	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
 	XlSrcTable    *ebpf.Map `ebpf:"xl_src_table"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
@@ -486,6 +499,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlSkConns,
 		m.XlSrcCredits,
 		m.XlSrcExts,
+		m.XlSrcFilter,
 		m.XlSrcScratch,
 		m.XlSrcTable,
 		m.XlStats,

@@ -53,12 +53,28 @@ func (o *Objects) SourceSets() int {
 	return int(o.objs.XlSrcTable.MaxEntries())
 }
 
+// SourceFilterLines is the number of lines of the per-source filter
+// (xl_src_filter) each CPU has (dataplane.SrcFilterLines).
+func (o *Objects) SourceFilterLines() (int, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, fmt.Errorf("count CPUs: %w", err)
+	}
+	return int(o.objs.XlSrcFilter.MaxEntries()) / ncpu, nil
+}
+
 // Sources lists the per-source buckets (all of them when slot < 0),
-// the most dropped first, at most n (n <= 0: all). Pins of an xlimit from
-// before the set-associative table list none.
+// the most dropped first, at most n (n <= 0: all). A source's drops
+// include those its entries in the filter hold (every CPU's), not yet
+// in its way. Pins of an xlimit from before the set-associative table
+// list none.
 func (t *Tables) Sources(slot, n int) ([]Source, error) {
 	if t.srcTable == nil || t.srcExts == nil {
 		return nil, nil
+	}
+	pending, err := t.srcPending()
+	if err != nil {
+		return nil, err
 	}
 	var out []Source
 	sets := make([]xdpXlSrcSet, srcChunk)
@@ -86,6 +102,7 @@ func (t *Tables) Sources(slot, n int) ([]Source, error) {
 					&dataplane.SrcWay{Addr: w.Addr, Meta: w.Meta, Units: w.Units, TAT: w.Tat, Epoch: w.Epoch, Drops: w.Drops},
 					&dataplane.SrcExt{Addr: x.Addr, OverSinceNS: x.OverSinceNs, BannedUntilNS: x.BannedUntilNs, Meta: x.Meta, Epoch: x.Epoch})
 				if ok {
+					s.Drops = min(s.Drops+pending(k, w.Epoch, w.Units), dataplane.SrcDropsMax)
 					out = append(out, Source{Slot: int(k.Slot), Prefix: k.Prefix(), SourceState: s})
 				}
 			}
@@ -96,6 +113,38 @@ func (t *Tables) Sources(slot, n int) ([]Source, error) {
 		out = out[:n]
 	}
 	return out, nil
+}
+
+// srcPending reads the per-source filter, every CPU's lines, and returns
+// what its entries count for a source of key k under a rule of epoch and
+// units (dataplane.SrcFilterPending). Without a filter, nothing.
+func (t *Tables) srcPending() (func(k dataplane.SourceKey, epoch, units uint32) uint64, error) {
+	none := func(dataplane.SourceKey, uint32, uint32) uint64 { return 0 }
+	if t.srcFilter == nil {
+		return none, nil
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("read the per-source filter: %w", err)
+	}
+	seed, err := t.SourceSeed()
+	if err != nil {
+		return nil, err
+	}
+	all := make([]xdpXlSrcfLine, t.srcFilter.MaxEntries())
+	keys := make([]uint32, len(all))
+	var c ebpf.MapBatchCursor
+	if got, err := readChunk(t.srcFilter, &c, keys, all); err != nil || got != len(all) {
+		return nil, fmt.Errorf("read the per-source filter: %d of %d lines: %w", got, len(all), err)
+	}
+	lines := make([][dataplane.SrcFilterWays]uint64, len(all))
+	for i := range all {
+		lines[i] = all[i].E
+	}
+	per := len(lines) / ncpu
+	return func(k dataplane.SourceKey, epoch, units uint32) uint64 {
+		return dataplane.SrcFilterPending(lines, per, k, seed, epoch, units)
+	}, nil
 }
 
 // srcChunk is how many sets Sources reads per batch (128 KiB of ways).

@@ -328,6 +328,11 @@ type syncookieXlSrcScratch struct {
 	Refilled uint32
 	Same     uint32
 	Seed     uint32
+	Fline    uint32
+	Fp       uint32
+	Fway     int32
+	Fcarry   uint32
+	FnextNs  uint64
 }
 
 type syncookieXlSrcSet struct {
@@ -341,6 +346,11 @@ type syncookieXlSrcSet struct {
 		Epoch uint32
 		Drops uint32
 	}
+}
+
+type syncookieXlSrcfLine struct {
+	_ structs.HostLayout
+	E [8]uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -376,12 +386,15 @@ const (
 	syncookieMapXlSkConns       = "xl_sk_conns"
 	syncookieMapXlSrcCredits    = "xl_src_credits"
 	syncookieMapXlSrcExts       = "xl_src_exts"
+	syncookieMapXlSrcFilter     = "xl_src_filter"
 	syncookieMapXlSrcScratch    = "xl_src_scratch"
 	syncookieMapXlSrcTable      = "xl_src_table"
 	syncookieMapXlStats         = "xl_stats"
 	syncookieProgXlimitTcCookie = "xlimit_tc_cookie"
 	syncookieVarXlCfgFakeClock  = "xl_cfg_fake_clock"
 	syncookieVarXlCfgSrcSets    = "xl_cfg_src_sets"
+	syncookieVarXlCfgSrcfCpus   = "xl_cfg_srcf_cpus"
+	syncookieVarXlCfgSrcfLines  = "xl_cfg_srcf_lines"
 )
 
 // loadSyncookie returns the embedded CollectionSpec for syncookie.
@@ -462,6 +475,7 @@ type syncookieMapSpecs struct {
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
 	XlSrcExts     *ebpf.MapSpec `ebpf:"xl_src_exts"`
+	XlSrcFilter   *ebpf.MapSpec `ebpf:"xl_src_filter"`
 	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
 	XlSrcTable    *ebpf.MapSpec `ebpf:"xl_src_table"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
@@ -473,6 +487,8 @@ type syncookieMapSpecs struct {
 type syncookieVariableSpecs struct {
 	XlCfgFakeClock *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
 	XlCfgSrcSets   *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
+	XlCfgSrcfCpus  *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
+	XlCfgSrcfLines *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_lines"`
 }
 
 // syncookieObjects contains all objects after they have been loaded into the kernel.
@@ -524,6 +540,7 @@ type syncookieMaps struct {
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
 	XlSrcExts     *ebpf.Map `ebpf:"xl_src_exts"`
+	XlSrcFilter   *ebpf.Map `ebpf:"xl_src_filter"`
 	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
 	XlSrcTable    *ebpf.Map `ebpf:"xl_src_table"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
@@ -560,6 +577,7 @@ func (m *syncookieMaps) Close() error {
 		m.XlSkConns,
 		m.XlSrcCredits,
 		m.XlSrcExts,
+		m.XlSrcFilter,
 		m.XlSrcScratch,
 		m.XlSrcTable,
 		m.XlStats,
@@ -572,6 +590,8 @@ func (m *syncookieMaps) Close() error {
 type syncookieVariables struct {
 	XlCfgFakeClock *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
 	XlCfgSrcSets   *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
+	XlCfgSrcfCpus  *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`
+	XlCfgSrcfLines *ebpf.Variable `ebpf:"xl_cfg_srcf_lines"`
 }
 
 // syncookiePrograms contains all programs after they have been loaded into the kernel.

@@ -413,6 +413,11 @@ type xdpXlSrcScratch struct {
 	Refilled uint32
 	Same     uint32
 	Seed     uint32
+	Fline    uint32
+	Fp       uint32
+	Fway     int32
+	Fcarry   uint32
+	FnextNs  uint64
 }
 
 type xdpXlSrcSet struct {
@@ -428,6 +433,11 @@ type xdpXlSrcWay struct {
 	Tat   uint64
 	Epoch uint32
 	Drops uint32
+}
+
+type xdpXlSrcfLine struct {
+	_ structs.HostLayout
+	E [8]uint64
 }
 
 type xdpXlVerdict uint32
@@ -472,6 +482,7 @@ const (
 	xdpMapXlSkConns         = "xl_sk_conns"
 	xdpMapXlSrcCredits      = "xl_src_credits"
 	xdpMapXlSrcExts         = "xl_src_exts"
+	xdpMapXlSrcFilter       = "xl_src_filter"
 	xdpMapXlSrcScratch      = "xl_src_scratch"
 	xdpMapXlSrcTable        = "xl_src_table"
 	xdpMapXlStats           = "xl_stats"
@@ -492,6 +503,8 @@ const (
 	xdpVarXlBtfVerdict      = "xl_btf_verdict"
 	xdpVarXlCfgFakeClock    = "xl_cfg_fake_clock"
 	xdpVarXlCfgSrcSets      = "xl_cfg_src_sets"
+	xdpVarXlCfgSrcfCpus     = "xl_cfg_srcf_cpus"
+	xdpVarXlCfgSrcfLines    = "xl_cfg_srcf_lines"
 )
 
 // loadXdp returns the embedded CollectionSpec for xdp.
@@ -573,6 +586,7 @@ type xdpMapSpecs struct {
 	XlSkConns     *ebpf.MapSpec `ebpf:"xl_sk_conns"`
 	XlSrcCredits  *ebpf.MapSpec `ebpf:"xl_src_credits"`
 	XlSrcExts     *ebpf.MapSpec `ebpf:"xl_src_exts"`
+	XlSrcFilter   *ebpf.MapSpec `ebpf:"xl_src_filter"`
 	XlSrcScratch  *ebpf.MapSpec `ebpf:"xl_src_scratch"`
 	XlSrcTable    *ebpf.MapSpec `ebpf:"xl_src_table"`
 	XlStats       *ebpf.MapSpec `ebpf:"xl_stats"`
@@ -597,6 +611,8 @@ type xdpVariableSpecs struct {
 	XlBtfVerdict      *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
 	XlCfgSrcSets      *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
+	XlCfgSrcfCpus     *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
+	XlCfgSrcfLines    *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_lines"`
 }
 
 // xdpObjects contains all objects after they have been loaded into the kernel.
@@ -648,6 +664,7 @@ type xdpMaps struct {
 	XlSkConns     *ebpf.Map `ebpf:"xl_sk_conns"`
 	XlSrcCredits  *ebpf.Map `ebpf:"xl_src_credits"`
 	XlSrcExts     *ebpf.Map `ebpf:"xl_src_exts"`
+	XlSrcFilter   *ebpf.Map `ebpf:"xl_src_filter"`
 	XlSrcScratch  *ebpf.Map `ebpf:"xl_src_scratch"`
 	XlSrcTable    *ebpf.Map `ebpf:"xl_src_table"`
 	XlStats       *ebpf.Map `ebpf:"xl_stats"`
@@ -684,6 +701,7 @@ func (m *xdpMaps) Close() error {
 		m.XlSkConns,
 		m.XlSrcCredits,
 		m.XlSrcExts,
+		m.XlSrcFilter,
 		m.XlSrcScratch,
 		m.XlSrcTable,
 		m.XlStats,
@@ -709,6 +727,8 @@ type xdpVariables struct {
 	XlBtfVerdict      *ebpf.Variable `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
 	XlCfgSrcSets      *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
+	XlCfgSrcfCpus     *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`
+	XlCfgSrcfLines    *ebpf.Variable `ebpf:"xl_cfg_srcf_lines"`
 }
 
 // xdpPrograms contains all programs after they have been loaded into the kernel.

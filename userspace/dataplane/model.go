@@ -20,8 +20,17 @@ type Model struct {
 	// srcCredits is the CPU's credit for the source it last admitted for
 	// each rule (struct xl_src_credit).
 	srcCredits [MaxRules]srcCredit
-	frags      map[FragKey]*fragState
-	resetTAT   uint64 // the reset bucket of all rules (xl_reset_budget)
+	// SrcFilterLines is the per-source filter's lines on a CPU (the
+	// kernel's Objects.SourceFilterLines); 0: SrcFilterLines(SrcSets, 1).
+	SrcFilterLines int
+	srcFilter      map[uint32]*srcFilterLine // its one CPU's lines
+	// noSrcFilter leaves the filter out (its tests compare a model with
+	// it and one without); srcFilterDrops counts the packets it refused,
+	// by slot.
+	noSrcFilter    bool
+	srcFilterDrops [MaxRules]uint64
+	frags          map[FragKey]*fragState
+	resetTAT       uint64 // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
 	cookieBudgetTAT uint64
@@ -611,6 +620,20 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		cr.credit -= inc
 		return true
 	}
+	// The filter (srcfilter.go).
+	line := m.srcFilterLineOf(k)
+	fp := SrcFilterFP(k, m.SrcSeed, r.Epoch, UnitsCode(r.Source.Tol))
+	fway, carry := -1, uint32(0)
+	if m.noSrcFilter {
+		line = &srcFilterLine{} // written, never read
+	} else if i := srcfFind(line, fp); i >= 0 {
+		if srcfLive(line[i], uint32(nowNS>>SrcFilterShift)) && line[i]&0xff < SrcFilterCountMax {
+			line[i]++
+			m.srcFilterDrops[slot]++
+			return false
+		}
+		fway, carry = i, uint32(line[i]&0xff)
+	}
 	now := nowNS << TimeShift
 	s, x := m.srcLocate(k, r, now, true)
 	if s.Epoch != r.Epoch {
@@ -632,12 +655,37 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 		m.srcCreditName(cr, k, r, b)
 		ok = b.GCRA(&s.TAT, nowNS, 1)
 	}
+	var next uint64 // a ban's next change of state
 	if r.Flags&RuleBan != 0 {
 		ok = srcBan(s, x, k, r, nowNS, ok, refilled)
+		switch {
+		case x.BannedUntilNS != 0:
+			next = x.BannedUntilNS
+		case x.OverSinceNS != 0:
+			next = x.OverSinceNS + r.BanAfterNS
+		}
 	}
-	if !ok && s.Drops < SrcDropsMax {
-		s.Drops++
+	add := carry
+	if !ok {
+		add++
 	}
+	if add != 0 && s.Drops < SrcDropsMax {
+		s.Drops += add
+	}
+	var till uint64
+	if !ok {
+		var credit uint64
+		if cr != nil {
+			credit = cr.credit
+		}
+		if ahead := int64(s.TAT + inc - b.Tol - credit - now); ahead > 0 {
+			till = now>>TimeShift + uint64(ahead)>>TimeShift
+		}
+		if next != 0 && next < till {
+			till = next
+		}
+	}
+	srcfWrite(line, fway, fp, nowNS, till)
 	return ok
 }
 

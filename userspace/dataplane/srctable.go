@@ -33,6 +33,25 @@ func SrcSets(size int) int {
 	return (1 << bits.Len(uint(size-1))) / SrcWays
 }
 
+// SrcFilterWays is XL_SRCF_WAYS: the entries of a line of the per-source
+// filter (xl_src_filter), one cache line.
+const SrcFilterWays = 8
+
+// SrcFilterLines is the per-source filter's lines per CPU
+// (xl_cfg_srcf_lines) in front of a table of sets sets on ncpu CPUs: an
+// entry for each of the table's ways on each of up to 8 CPUs, and fewer
+// beyond, where RSS spreads the sources over more CPUs: the filter's 8
+// bytes an entry come to at most twice the table's 32 a way. A power of
+// two, at least 1.
+func SrcFilterLines(sets, ncpu int) int {
+	entries := sets * SrcWays
+	if ncpu > 8 {
+		entries = entries / ncpu * 8
+	}
+	lines := max(entries/SrcFilterWays, 1)
+	return 1 << (bits.Len(uint(lines)) - 1)
+}
+
 // srcMeta is a key's xl_src_way.meta.
 func srcMeta(k SourceKey) uint32 {
 	return k.Slot<<16 | uint32(k.Family)<<8 | uint32(k.PrefixLen)
@@ -246,12 +265,23 @@ func srcBan(w *SrcWay, x *SrcExt, k SourceKey, r *Rule, nowNS uint64, ok, refill
 	return ok
 }
 
-// Sources returns (a copy of) the model's per-source buckets.
+// Sources returns (a copy of) the model's per-source buckets, their drops
+// with what the filter's entries count (as maps' Tables.Sources).
 func (m *Model) Sources() map[SourceKey]*SourceState {
 	out := map[SourceKey]*SourceState{}
 	for _, set := range m.sources {
 		for i := range set.ways {
 			if k, s, ok := SrcEntry(&set.ways[i], &set.exts[i]); ok {
+				if m.srcFilter != nil {
+					l := m.srcFilterLineOf(k)
+					fp := SrcFilterFP(k, m.SrcSeed, set.ways[i].Epoch, set.ways[i].Units)
+					for _, e := range l {
+						if uint32(e>>32) == fp {
+							s.Drops += e & 0xff
+						}
+					}
+					s.Drops = min(s.Drops, SrcDropsMax)
+				}
 				out[k] = &s
 			}
 		}
