@@ -106,7 +106,9 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 // generations (as during a reload). The other maps have fixed sizes (about
 // 2.7 MiB, the 32 KiB source prefilter and the 1 MiB of the host-address
 // map's buckets included, plus the per-CPU counters and 88 bytes per host
-// address); `xlimit status` reports them all.
+// address), or are bounded apart from the file (the per-source filter,
+// at most SrcFilterMaxBytes and half the table); `xlimit status` reports
+// them all.
 func ConfigMapBytes(sourceTableSize, prefixes4, prefixes6 int) uint64 {
 	sets := uint32(SrcSets(sourceTableSize))
 	return MapBytes(MapArray, 4, SrcSetSize, sets, 0, 0) + MapBytes(MapArray, 4, SrcExtSetSize, sets, 0, 0) +

@@ -33,3 +33,33 @@ func TestConfigMapBytes(t *testing.T) {
 		t.Errorf("hash: %d B, want %d", got, want)
 	}
 }
+
+// TestSrcFilterLines checks the per-source filter's size: an entry per way
+// on each CPU where that fits, never more than half the table's memory or
+// SrcFilterMaxBytes in all, a power of two of lines.
+func TestSrcFilterLines(t *testing.T) {
+	for _, c := range []struct{ size, ncpu, lines int }{
+		{DefaultSourceTableSize, 1, 8192},
+		{DefaultSourceTableSize, 2, 8192},
+		{DefaultSourceTableSize, 4, 8192},
+		{DefaultSourceTableSize, 8, 4096},
+		{DefaultSourceTableSize, 64, 512},
+		{MaxSourceTableSize, 2, 1 << 17},
+		{MaxSourceTableSize, 256, 1 << 10},
+		{1, 2, 1},
+		{100, 3, 16},
+	} {
+		sets := SrcSets(c.size)
+		got := SrcFilterLines(sets, c.ncpu)
+		if got != c.lines {
+			t.Errorf("SrcFilterLines(%d sets, %d CPUs) = %d, want %d", sets, c.ncpu, got, c.lines)
+		}
+		if got&(got-1) != 0 {
+			t.Errorf("SrcFilterLines(%d sets, %d CPUs) = %d: not a power of two", sets, c.ncpu, got)
+		}
+		bytes := got * c.ncpu * SrcFilterWays * 8
+		if got > 1 && (bytes > sets*(SrcSetSize+SrcExtSetSize)/2 || bytes > SrcFilterMaxBytes) {
+			t.Errorf("%d sets, %d CPUs: a filter of %d bytes", sets, c.ncpu, bytes)
+		}
+	}
+}

@@ -39,18 +39,21 @@ const SrcFilterWays = 8
 
 // SrcFilterLines is the per-source filter's lines per CPU
 // (xl_cfg_srcf_lines) in front of a table of sets sets on ncpu CPUs: an
-// entry for each of the table's ways on each of up to 8 CPUs, and fewer
-// beyond, where RSS spreads the sources over more CPUs: the filter's 8
-// bytes an entry come to at most twice the table's 32 a way. A power of
-// two, at least 1.
+// entry for each of the table's ways on each CPU, as long as that keeps
+// the filter within half the table's memory (8 bytes an entry against 64
+// a way with its rest: RSS spreads the sources over the CPUs) and within
+// SrcFilterMaxBytes on all CPUs together. A power of two, at least 1.
 func SrcFilterLines(sets, ncpu int) int {
-	entries := sets * SrcWays
-	if ncpu > 8 {
-		entries = entries / ncpu * 8
-	}
+	ncpu = max(ncpu, 1)
+	ways := sets * SrcWays
+	entries := min(ways, 4*ways/ncpu, SrcFilterMaxBytes/8/ncpu)
 	lines := max(entries/SrcFilterWays, 1)
 	return 1 << (bits.Len(uint(lines)) - 1)
 }
+
+// SrcFilterMaxBytes bounds the per-source filter's memory, all CPUs'
+// lines together (16 MiB).
+const SrcFilterMaxBytes = 16 << 20
 
 // srcMeta is a key's xl_src_way.meta.
 func srcMeta(k SourceKey) uint32 {
