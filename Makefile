@@ -103,7 +103,7 @@ check-imports: ## Fail when a package other than maps/, loader/, bench/ and test
 
 .PHONY: test-unit
 test-unit: ## Unprivileged tests: config, control laws, Go models, CLI, deploy files, the test kit, the daemon's parts (no cycle among its files).
-	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/... ./bench/arrows/
+	$(GO) test $(GOFLAGS_TEST) ./userspace/... ./daemon/... ./cmd/... ./deploy/... ./tests/kit/... ./bench/ ./bench/arrows/
 	$(GO) test $(GOFLAGS_TEST) -run '^TestDesign' ./maps/  # docs/design.md §2 against the objects' ELF specs (no root)
 	cd deploy/kubernetes/validate && $(GO) test $(GOFLAGS_TEST) ./...  # own module: keeps k8s.io/api out of xlimit's
 

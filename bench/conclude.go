@@ -235,7 +235,78 @@ func (r *results) conclusions(b *strings.Builder) {
 	for _, t := range r.floodTargets() {
 		w("- %s\n", t)
 	}
+	for _, t := range r.queuesTargets() {
+		w("- %s\n", t)
+	}
 	w("\n")
+}
+
+// queuesTargets states issue 28's targets for every queue from
+// loader.BenchmarkQueues (a veth of a queue per CPU, threaded NAPI pinned
+// beside each queue's sender; the receive CPU per frame of XDP_DROP and
+// of xlimit on the same flood, rounds alternated: docs/design.md §7), or
+// why they are not judged.
+func (r *results) queuesTargets() []string {
+	if r.queuesErr != nil {
+		return []string{fmt.Sprintf("Every queue live (BenchmarkQueues): not judged: %v.", r.queuesErr)}
+	}
+	met := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**MISSED**"
+	}
+	get := func(name, unit string) (float64, bool) {
+		for _, l := range r.queues {
+			if v, ok := l.metrics[unit]; ok && l.name == name {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	// The most queues measured: every CPU's.
+	most := 0
+	for _, l := range r.queues {
+		var q int
+		if _, err := fmt.Sscanf(l.name[strings.LastIndex(l.name, "/")+1:], "queues_%d", &q); err == nil {
+			most = max(most, q)
+		}
+	}
+	var out []string
+	for _, c := range []struct {
+		flood, what string
+		target      float64
+	}{
+		{"one_source", "flat out, one source", 0.85},
+		{"random_sources", "the random-source flood with per_source", 0.6},
+	} {
+		for q := 1; q <= most; q++ {
+			name := fmt.Sprintf("%s/queues_%d", c.flood, q)
+			x, ok := get(name, "of-drop-rate")
+			if !ok {
+				continue
+			}
+			lo, _ := get(name, "of-drop-rate-min")
+			hi, _ := get(name, "of-drop-rate-max")
+			xl, _ := get(name, "ns/op")
+			drop, _ := get(name, "drop-rx-ns/pkt")
+			out = append(out, fmt.Sprintf("Target (issue 28), every queue live: %s on %d queue(s) at ≥ %.0f %% of XDP_DROP's rate: %.0f %% (rounds %.0f–%.0f %%; receive CPU %.0f ns a frame against %.0f), %s.",
+				c.what, q, 100*c.target, 100*x, 100*lo, 100*hi, xl, drop, met(x >= c.target)))
+		}
+		name := fmt.Sprintf("%s/queues_%d", c.flood, most)
+		if s, ok := get(name, "scaling"); ok && most > 1 {
+			ds, _ := get(name, "drop-scaling")
+			out = append(out, fmt.Sprintf("Target (issue 28), every queue live: %s, rate on %d queues ≥ 0.8 × %d × one queue's: %.2f×, %s (XDP_DROP's: %.2f×).",
+				c.what, most, most, s, met(s >= 0.8), ds))
+		}
+		if a, ok := get(name, "accuracy"); ok {
+			lo, _ := get(name, "accuracy-min")
+			hi, _ := get(name, "accuracy-max")
+			out = append(out, fmt.Sprintf("Target (issue 28), every queue live: %s, admitted within ±1 %% of the rate with all %d queues flooded: %.4f (rounds %.4f–%.4f), %s.",
+				c.what, most, a, lo, hi, met(lo >= 0.99 && hi <= 1.01)))
+		}
+	}
+	return out
 }
 
 // minBusyCPUs is the least busy-cpus (BenchmarkXDP's *_allcpu) at which

@@ -32,15 +32,22 @@ func runMapsBench(ctx context.Context, count int) (string, []benchLine, error) {
 	if err != nil {
 		return string(out), nil, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	return string(out), parseBench(out, "BenchmarkXDP/"), nil
+}
+
+// parseBench parses the result lines of `go test -bench` output, each
+// name without the -N suffix and without trim.
+func parseBench(out []byte, trim string) []benchLine {
 	var lines []benchLine
 	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
 		if len(fs) < 4 || !strings.HasPrefix(fs[0], "Benchmark") {
 			continue
 		}
 		name := benchSuffix.ReplaceAllString(fs[0], "")
-		name = strings.TrimPrefix(name, "BenchmarkXDP/")
+		name = strings.TrimPrefix(name, trim)
 		bl := benchLine{name: name, metrics: map[string]float64{}}
 		for i := 2; i+1 < len(fs); i += 2 {
 			v, err := strconv.ParseFloat(fs[i], 64)
@@ -52,7 +59,7 @@ func runMapsBench(ctx context.Context, count int) (string, []benchLine, error) {
 		}
 		lines = append(lines, bl)
 	}
-	return string(out), lines, nil
+	return lines
 }
 
 // fakeClockCase is one case of maps' accuracy tests.

@@ -37,6 +37,11 @@ type results struct {
 	mapsRaw   string
 	mapsLines []benchLine
 	mapsErr   error
+	// queues: loader.BenchmarkQueues, which make bench runs first (every
+	// queue live, without live frames), read from -queues; queuesErr why
+	// not.
+	queues    []benchLine
+	queuesErr error
 	fake      []fakeClockCase
 	fakeErr   error
 

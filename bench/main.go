@@ -80,6 +80,7 @@ type config struct {
 	accDuration time.Duration
 	mapsCount   int
 	outDir      string
+	queuesFile  string
 	skipMaps    bool
 	skipFake    bool
 	skipTests   bool   // tests/' benchmarks (adaptive scenario, paced queue)
@@ -101,6 +102,7 @@ func main() {
 	flag.DurationVar(&c.accDuration, "accuracy-flood", 3*time.Second, "flood of each live accuracy run")
 	flag.IntVar(&c.mapsCount, "maps-count", 3, "go test -count for maps' BPF_PROG_TEST_RUN benchmarks")
 	flag.StringVar(&c.outDir, "out", "bench/results", "directory for the report")
+	flag.StringVar(&c.queuesFile, "queues", "bench/results/queues.txt", "output of loader's BenchmarkQueues (make bench runs it first) for the report's every-queue targets")
 	flag.BoolVar(&c.skipMaps, "skip-maps-bench", false, "skip maps' BPF_PROG_TEST_RUN benchmarks")
 	flag.BoolVar(&c.skipFake, "skip-fake-clock", false, "skip maps' fake-clock accuracy tests")
 	flag.BoolVar(&c.skipTests, "skip-tests-bench", false, "skip tests/' benchmarks (adaptive scenario, paced queue)")
@@ -199,6 +201,11 @@ func run(ctx context.Context, c config) (err error) {
 	res := newResults(c)
 	res.src = src
 	res.kcfg = readKernelConfig()
+	if out, err := os.ReadFile(c.queuesFile); err != nil {
+		res.queuesErr = fmt.Errorf("read BenchmarkQueues' output: %w", err)
+	} else if res.queues = parseBench(out, "BenchmarkQueues/"); len(res.queues) == 0 {
+		res.queuesErr = fmt.Errorf("read BenchmarkQueues' output: no result in %s", c.queuesFile)
+	}
 
 	// 1. Per-packet cost, and 3a. fake-clock accuracy: before the live
 	// part, so that nothing of ours runs at the same time.
