@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/bench/gen"
@@ -396,18 +397,53 @@ type queueTraffic struct {
 	name    string
 	sources netip.Prefix // random sources; invalid: the client's address
 	rule    dataplane.RuleSpec
+	// sink: what the XDP program passes is dropped at TC ingress (sinkPasses),
+	// for both receivers, instead of going up the stack to the closed port
+	// (a route lookup and an ICMP error for each).
+	sink bool
 }
 
 var queueTraffics = []queueTraffic{
 	// One source, one rule far below the offered rate: the flat-out flood.
 	{"one_source", netip.Prefix{}, dataplane.RuleSpec{Name: "flood", Protocol: "udp",
-		Ports: []dataplane.PortRange{{Lo: queuePort, Hi: queuePort}}, Rate: queueRate, Burst: queueBurst}},
+		Ports: []dataplane.PortRange{{Lo: queuePort, Hi: queuePort}}, Rate: queueRate, Burst: queueBurst}, false},
 	// 65536 random sources, each over its own limit after the warm-up: the
 	// spoofed flood against a per-source limit (BenchmarkRandomSources'
 	// rule, live).
 	{"random_sources", netip.MustParsePrefix("100.64.0.0/16"), dataplane.RuleSpec{Name: "flood", Protocol: "udp",
 		Ports: []dataplane.PortRange{{Lo: queuePort, Hi: queuePort}}, Rate: 1e8, Burst: 1e8,
-		PerSource: &dataplane.PerSourceSpec{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 128}}},
+		PerSource: &dataplane.PerSourceSpec{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 128}}, false},
+	// The same, what xlimit admits (each source's 1/s, 65536/s in all, a
+	// twentieth of the flood) dropped at TC ingress: xlimit's own cost,
+	// without the stack's for the frames it lets through (which any
+	// limiter that admits them pays, and a service would take).
+	{"random_sources_sunk", netip.MustParsePrefix("100.64.0.0/16"), dataplane.RuleSpec{Name: "flood", Protocol: "udp",
+		Ports: []dataplane.PortRange{{Lo: queuePort, Hi: queuePort}}, Rate: 1e8, Burst: 1e8,
+		PerSource: &dataplane.PerSourceSpec{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 128}}, true},
+}
+
+// sinkPasses drops every frame at the server end's TC ingress (a clsact
+// qdisc, a matchall filter with action drop): what XDP passes goes no
+// further. The returned function removes the qdisc.
+func (q *queueLab) sinkPasses() (undo func() error, err error) {
+	qd := &netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
+		LinkIndex: q.l.ServerIndex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	err = q.l.Server.Do(func() error {
+		if err := netlink.QdiscAdd(qd); err != nil {
+			return fmt.Errorf("add clsact: %w", err)
+		}
+		f := &netlink.MatchAll{FilterAttrs: netlink.FilterAttrs{LinkIndex: q.l.ServerIndex,
+			Parent: netlink.HANDLE_MIN_INGRESS, Priority: 1, Protocol: unix.ETH_P_ALL},
+			Actions: []netlink.Action{&netlink.GenericAction{ActionAttrs: netlink.ActionAttrs{Action: netlink.TC_ACT_SHOT}}}}
+		if err := netlink.FilterAdd(f); err != nil {
+			return errors.Join(fmt.Errorf("add the drop filter: %w", err), netlink.QdiscDel(qd))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return q.l.Server.Do(func() error { return netlink.QdiscDel(qd) }) }, nil
 }
 
 // attachReceiver attaches XDP_DROP (xlimit false) or xlimit with tr's rule
@@ -559,6 +595,15 @@ func BenchmarkQueues(b *testing.B) {
 				a, slot, detach, err := q.attachReceiver(ctx, cpus, xl, tr, true)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if tr.sink {
+					unsink, err := q.sinkPasses()
+					if err != nil {
+						detach()
+						b.Fatal(err)
+					}
+					was := detach
+					detach = func() error { return errors.Join(unsink(), was()) }
 				}
 				for _, n := range []int{1, len(cpus)} {
 					r, err := q.measure(ctx, cpus[:n], n, tr.sources, a, slot, warm, window)
