@@ -279,7 +279,7 @@ func (r *results) queuesTargets() []string {
 	}{
 		{"one_source", "flat out, one source", 0.85},
 		{"random_sources", "the random-source flood with per_source", 0.6},
-		{"random_sources_sunk", "the random-source flood with per_source, what it admits dropped at TC ingress", 0.6},
+		{"random_sources_sunk", "the random-source flood with per_source, what it admits dropped at the ingress hook", 0.6},
 	} {
 		for q := 1; q <= most; q++ {
 			name := fmt.Sprintf("%s/queues_%d", c.flood, q)

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/bench/gen"
@@ -397,7 +396,7 @@ type queueTraffic struct {
 	name    string
 	sources netip.Prefix // random sources; invalid: the client's address
 	rule    dataplane.RuleSpec
-	// sink: what the XDP program passes is dropped at TC ingress (sinkPasses),
+	// sink: what the XDP program passes is dropped at ingress (sinkPasses),
 	// for both receivers, instead of going up the stack to the closed port
 	// (a route lookup and an ICMP error for each).
 	sink bool
@@ -414,7 +413,7 @@ var queueTraffics = []queueTraffic{
 		Ports: []dataplane.PortRange{{Lo: queuePort, Hi: queuePort}}, Rate: 1e8, Burst: 1e8,
 		PerSource: &dataplane.PerSourceSpec{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 128}}, false},
 	// The same, what xlimit admits (each source's 1/s, 65536/s in all, a
-	// twentieth of the flood) dropped at TC ingress: xlimit's own cost,
+	// twentieth of the flood) dropped at the ingress hook: xlimit's own cost,
 	// without the stack's for the frames it lets through (which any
 	// limiter that admits them pays, and a service would take).
 	{"random_sources_sunk", netip.MustParsePrefix("100.64.0.0/16"), dataplane.RuleSpec{Name: "flood", Protocol: "udp",
@@ -422,28 +421,24 @@ var queueTraffics = []queueTraffic{
 		PerSource: &dataplane.PerSourceSpec{Rate: 1, Burst: 2, PrefixV4: 32, PrefixV6: 128}}, true},
 }
 
-// sinkPasses drops every frame at the server end's TC ingress (a clsact
-// qdisc, a matchall filter with action drop): what XDP passes goes no
-// further. The returned function removes the qdisc.
-func (q *queueLab) sinkPasses() (undo func() error, err error) {
-	qd := &netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
-		LinkIndex: q.l.ServerIndex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
-	err = q.l.Server.Do(func() error {
-		if err := netlink.QdiscAdd(qd); err != nil {
-			return fmt.Errorf("add clsact: %w", err)
-		}
-		f := &netlink.MatchAll{FilterAttrs: netlink.FilterAttrs{LinkIndex: q.l.ServerIndex,
-			Parent: netlink.HANDLE_MIN_INGRESS, Priority: 1, Protocol: unix.ETH_P_ALL},
-			Actions: []netlink.Action{&netlink.GenericAction{ActionAttrs: netlink.ActionAttrs{Action: netlink.TC_ACT_SHOT}}}}
-		if err := netlink.FilterAdd(f); err != nil {
-			return errors.Join(fmt.Errorf("add the drop filter: %w", err), netlink.QdiscDel(qd))
+// sinkPasses drops every frame at the server end's ingress hook
+// (nftables' netdev family: this kernel has no matchall classifier and no
+// gact action), after XDP: what XDP passes goes no further. The returned
+// function removes the table.
+func (q *queueLab) sinkPasses(ctx context.Context) (undo func() error, err error) {
+	const table = "xlqsink"
+	script := fmt.Sprintf("table netdev %s {\n chain in {\n  type filter hook ingress device %q priority 0; policy drop;\n }\n}\n", table, q.l.ServerIf)
+	cmd := q.l.Server.Command(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("add the sink: nft: %w: %s", err, out)
+	}
+	return func() error {
+		if out, err := q.l.Server.Command(context.Background(), "nft", "delete", "table", "netdev", table).CombinedOutput(); err != nil {
+			return fmt.Errorf("remove the sink: nft: %w: %s", err, out)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return func() error { return q.l.Server.Do(func() error { return netlink.QdiscDel(qd) }) }, nil
+	}, nil
 }
 
 // attachReceiver attaches XDP_DROP (xlimit false) or xlimit with tr's rule
@@ -597,7 +592,7 @@ func BenchmarkQueues(b *testing.B) {
 					b.Fatal(err)
 				}
 				if tr.sink {
-					unsink, err := q.sinkPasses()
+					unsink, err := q.sinkPasses(ctx)
 					if err != nil {
 						detach()
 						b.Fatal(err)
