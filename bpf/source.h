@@ -124,14 +124,13 @@ static __always_inline __u32 xl_src_hash(const struct xl_source_key *k, __u32 se
  * address translation, not two (each a walk of two page tables in a VM). */
 #define XL_SRC_PAGE_SETS 32
 
-/* Key k's two sets under seed: pl->set[0] its first, pl->set[1] its second,
- * another set of the same page (the same only in a table of one set). */
-static __always_inline void xl_src_sets(const struct xl_source_key *k, __u32 seed,
-					struct xl_src_place *pl)
+/* The two sets of the key of hash h (xl_src_hash under the table's seed):
+ * pl->set[0] its first, pl->set[1] its second, another set of the same page
+ * (the same only in a table of one set). */
+static __always_inline void xl_src_sets(__u32 h, struct xl_src_place *pl)
 {
 	__u32 mask = xl_cfg_src_sets - 1;
 	__u32 near = mask & (XL_SRC_PAGE_SETS - 1);
-	__u32 h = xl_src_hash(k, seed);
 	__u32 g = h * 0x9e3779b1u;
 	pl->set[0] = h & mask;
 	pl->set[1] = (pl->set[0] & ~near) | ((g ^ (g >> 16)) & near);
@@ -203,10 +202,11 @@ static __always_inline int xl_src_any_banned(const struct xl_src_set *s)
  * refilled is admitted that much early, at most its burst; one seen once,
  * as a spoofed source is, owes one packet).
  *
- * Inlined (a call more would pass the stack 6.1 allows the programs'
- * chains of calls), its place written off the stack (pl, in
- * xl_src_scratch): pl->set[0] the set, the lookups' key, pl->way the way.
- * Returns the way, or NULL.
+ * h: the key's hash under the table's seed (xl_src_hash), which the
+ * caller may have needed already. Inlined (a call more would pass the
+ * stack 6.1 allows the programs' chains of calls), its place written off
+ * the stack (pl, in xl_src_scratch): pl->set[0] the set, the lookups' key,
+ * pl->way the way. Returns the way, or NULL.
  *
  * Races: a claim writes its way with plain stores, meta last; a CPU that
  * reads the way meanwhile may match it with another key's TAT, or two CPUs
@@ -215,10 +215,10 @@ static __always_inline int xl_src_any_banned(const struct xl_src_set *s)
  * bucket errs by a packet. */
 static __always_inline struct xl_src_way *xl_src_locate(const struct xl_source_key *k,
 							const struct xl_rule *r, __u64 now_u,
-							__u32 seed, __u32 claim,
+							__u32 h, __u32 claim,
 							struct xl_src_place *pl)
 {
-	xl_src_sets(k, seed, pl);
+	xl_src_sets(h, pl);
 	int lng = xl_src_long(k);
 	/* Loops, not unrolled: the compiler keeps one set's values at a time
 	 * in registers, not both sets' on the stack. */
@@ -312,7 +312,7 @@ static __always_inline void xl_src_credit_return(struct xl_src_credit *cr, const
 	if (!credit)
 		return;
 	cr->credit = 0;
-	struct xl_src_way *o = xl_src_locate(&cr->key, r, 0, seed, 0, pl);
+	struct xl_src_way *o = xl_src_locate(&cr->key, r, 0, xl_src_hash(&cr->key, seed), 0, pl);
 	if (!o || o->epoch != cr->epoch || cr->tol != r->source.tol || o->units != r->source_units)
 		return;
 	__u64 old = *(volatile __u64 *)&o->tat;
@@ -410,16 +410,15 @@ static __always_inline __u32 xl_srcf_fp(const struct xl_source_key *k, __u32 see
 	return xl_src_hash(k, seed ^ salt) | 1;
 }
 
-/* This CPU's line of the filter for key k under seed, its key kept in
- * sc->fline (~0: none), or NULL. */
-static __always_inline struct xl_srcf_line *xl_srcf_line(const struct xl_source_key *k, __u32 seed,
-							 struct xl_src_scratch *sc)
+/* This CPU's line of the filter for the source of sc (picked by its set
+ * hash, sc->hash), its key kept in sc->fline (~0: none), or NULL. */
+static __always_inline struct xl_srcf_line *xl_srcf_line(struct xl_src_scratch *sc)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	sc->fline = ~0u;
 	if (cpu >= xl_cfg_srcf_cpus)
 		return NULL;
-	sc->fline = cpu * xl_cfg_srcf_lines + (xl_src_hash(k, seed) & (xl_cfg_srcf_lines - 1));
+	sc->fline = cpu * xl_cfg_srcf_lines + (sc->hash & (xl_cfg_srcf_lines - 1));
 	return bpf_map_lookup_elem(&xl_src_filter, &sc->fline);
 }
 
@@ -493,7 +492,8 @@ static __always_inline void xl_src_rescale_in(const struct xl_rule *r, __u32 slo
 	__builtin_memset(&sc->key, 0, sizeof(sc->key));
 	xl_source_key(&sc->key, r, slot, pkt);
 	__u64 now_u = xl_time_inline(now) << XL_TIME_SHIFT;
-	struct xl_src_way *w = xl_src_locate(&sc->key, r, now_u, seed, 0, &sc->pl);
+	struct xl_src_way *w =
+	    xl_src_locate(&sc->key, r, now_u, xl_src_hash(&sc->key, seed), 0, &sc->pl);
 	if (w && w->epoch == r->epoch && w->units != r->source_units)
 		xl_src_units_claim(&w->units, &w->tat, r->source_units, r->source.tol, now_u);
 }
@@ -542,13 +542,15 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	 * stays within 6.1's chain of calls. */
 	sc->same = same;
 	sc->seed = seed;
+	sc->hash = xl_src_hash(&sc->key, seed);
+	sc->held = 0;
 	__u64 now_ns = xl_time_inline(now);
 	/* The filter: a source the table refused and whose bucket refuses it
 	 * still is dropped here, on the CPU's own line, and counted there. */
 	sc->fway = -1;
 	sc->fcarry = 0;
 	sc->fnext_ns = 0;
-	struct xl_srcf_line *l = xl_srcf_line(&sc->key, seed, sc);
+	struct xl_srcf_line *l = xl_srcf_line(sc);
 	if (l) {
 		sc->fp = xl_srcf_fp(&sc->key, seed, r);
 		int i = xl_srcf_find(l, sc->fp);
@@ -564,7 +566,7 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		}
 	}
 	__u64 now_u = now_ns << XL_TIME_SHIFT;
-	struct xl_src_way *s = xl_src_locate(&sc->key, r, now_u, seed, 1, &sc->pl);
+	struct xl_src_way *s = xl_src_locate(&sc->key, r, now_u, sc->hash, 1, &sc->pl);
 	if (!s)
 		return 1;
 	if (s->epoch != r->epoch) {
@@ -596,6 +598,8 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 		ok = took != 0;
 		if (ok)
 			cr->credit = cr->credit + took - inc;
+		else
+			sc->held = cr->credit;
 	} else {
 		xl_src_credit_name(cr, &sc->key, r, b, sc->seed, &sc->cpl);
 		ok = xl_gcra(&s->tat, b, now_u, 1);
@@ -610,13 +614,13 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 
 	/* Refused: till when its bucket refuses it anyway, for the filter.
 	 * It conforms once its TAT, less the credit this CPU holds for it
-	 * (which goes back to the TAT before anything else can spend it),
-	 * is within the tolerance of the packet's increment. A ban rule's
-	 * source reaches the table again when its ban ends or would start. */
+	 * (sc->held: it goes back to the TAT before anything else can spend
+	 * it), is within the tolerance of the packet's increment. A ban
+	 * rule's source reaches the table again when its ban ends or would
+	 * start. */
 	__u64 till = 0;
 	if (!ok) {
-		cr = xl_src_credit_for(r, sc->key.slot);
-		__s64 ahead = (__s64)(s->tat + inc - b->tol - (cr ? cr->credit : 0) - now_u);
+		__s64 ahead = (__s64)(s->tat + inc - b->tol - sc->held - now_u);
 		if (ahead > 0)
 			till = now_u / (1 << XL_TIME_SHIFT) + (__u64)ahead / (1 << XL_TIME_SHIFT);
 		if ((r->flags & XL_RULE_BAN) && sc->fnext_ns && sc->fnext_ns < till)
@@ -634,18 +638,30 @@ static __always_inline __u32 xl_src_seed(struct xl_src_scratch *sc, __u32 gen)
 	return g ? g->src_seed : 0;
 }
 
+/* The scratch of xl_source_admit and xl_src_rescale (slot_gen as
+ * theirs), its seed read into sc->seed, or NULL when an argument is
+ * missing or out of range. */
+static __always_inline struct xl_src_scratch *xl_src_enter(const struct xl_rule *r, __u32 slot_gen,
+							   const struct xl_pkt *pkt, __u64 *now)
+{
+	__u32 zero = 0;
+	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
+	if (!r || !pkt || !now || !sc || (slot_gen & 0xff) >= XL_MAX_RULES)
+		return NULL;
+	sc->seed = xl_src_seed(sc, (slot_gen >> 8) & 1);
+	return sc;
+}
+
 /* xl_source_admit_in for the XDP program. slot_gen: the rule's slot, and
  * its generation (0 or 1) << 8. A global function: the verifier checks it
  * once, apart from xl_apply_rule's paths. */
 __noinline int xl_source_admit(const struct xl_rule *r, __u32 slot_gen, const struct xl_pkt *pkt,
 			       __u64 *now)
 {
-	__u32 slot = slot_gen & 0xff;
-	__u32 zero = 0;
-	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
-	if (!r || !pkt || !now || !sc || slot >= XL_MAX_RULES)
+	struct xl_src_scratch *sc = xl_src_enter(r, slot_gen, pkt, now);
+	if (!sc)
 		return 1;
-	return xl_source_admit_in(r, slot, xl_src_seed(sc, (slot_gen >> 8) & 1), pkt, now, sc);
+	return xl_source_admit_in(r, slot_gen & 0xff, sc->seed, pkt, now, sc);
 }
 
 /* xl_src_rescale_in for the XDP program, as xl_source_admit. A global
@@ -653,12 +669,9 @@ __noinline int xl_source_admit(const struct xl_rule *r, __u32 slot_gen, const st
 __noinline int xl_src_rescale(const struct xl_rule *r, __u32 slot_gen, const struct xl_pkt *pkt,
 			      __u64 *now)
 {
-	__u32 slot = slot_gen & 0xff;
-	__u32 zero = 0;
-	struct xl_src_scratch *sc = bpf_map_lookup_elem(&xl_src_scratch, &zero);
-	if (!r || !pkt || !now || !sc || slot >= XL_MAX_RULES)
-		return 0;
-	xl_src_rescale_in(r, slot, xl_src_seed(sc, (slot_gen >> 8) & 1), pkt, now, sc);
+	struct xl_src_scratch *sc = xl_src_enter(r, slot_gen, pkt, now);
+	if (sc)
+		xl_src_rescale_in(r, slot_gen & 0xff, sc->seed, pkt, now, sc);
 	return 0;
 }
 

@@ -427,11 +427,13 @@ struct xl_src_scratch {
 	__u32 refilled;		 /* the source's bucket was full before the packet */
 	__u32 same;		 /* the CPU's credit is the source's */
 	__u32 seed;		 /* the table's hash key */
+	__u32 hash;		 /* the key's hash under it (xl_src_hash) */
 	__u32 fline;		 /* the source's line of xl_src_filter, or ~0: none */
 	__u32 fp;		 /* its fingerprint there */
 	__s32 fway;		 /* its entry in that line, or -1 */
 	__u32 fcarry;		 /* that entry's count, for the way's drops */
 	__u64 fnext_ns;		 /* a ban rule's next change of state (0: none) */
+	__u64 held;		 /* a refused source's credit on this CPU */
 };
 
 /* Bucket state (state, written by the XDP program only). */

@@ -280,11 +280,14 @@ type resptimeXlSrcScratch struct {
 	Refilled uint32
 	Same     uint32
 	Seed     uint32
+	Hash     uint32
 	Fline    uint32
 	Fp       uint32
 	Fway     int32
 	Fcarry   uint32
+	_        [4]byte
 	FnextNs  uint64
+	Held     uint64
 }
 
 type resptimeXlSrcSet struct {

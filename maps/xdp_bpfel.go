@@ -413,11 +413,14 @@ type xdpXlSrcScratch struct {
 	Refilled uint32
 	Same     uint32
 	Seed     uint32
+	Hash     uint32
 	Fline    uint32
 	Fp       uint32
 	Fway     int32
 	Fcarry   uint32
+	_        [4]byte
 	FnextNs  uint64
+	Held     uint64
 }
 
 type xdpXlSrcSet struct {

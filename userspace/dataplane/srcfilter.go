@@ -38,10 +38,17 @@ func SrcFilterPending(lines [][SrcFilterWays]uint64, per int, k SourceKey, seed,
 	at := int(SrcHash(k, seed) & uint32(per-1))
 	var n uint64
 	for c := 0; c+per <= len(lines); c += per {
-		for _, e := range lines[c+at] {
-			if uint32(e>>32) == fp {
-				n += e & 0xff
-			}
+		n += (*srcFilterLine)(&lines[c+at]).pending(fp)
+	}
+	return n
+}
+
+// pending is what l's entries of fingerprint fp count.
+func (l *srcFilterLine) pending(fp uint32) uint64 {
+	var n uint64
+	for _, e := range l {
+		if uint32(e>>32) == fp {
+			n += e & 0xff
 		}
 	}
 	return n

@@ -276,14 +276,8 @@ func (m *Model) Sources() map[SourceKey]*SourceState {
 		for i := range set.ways {
 			if k, s, ok := SrcEntry(&set.ways[i], &set.exts[i]); ok {
 				if m.srcFilter != nil {
-					l := m.srcFilterLineOf(k)
 					fp := SrcFilterFP(k, m.SrcSeed, set.ways[i].Epoch, set.ways[i].Units)
-					for _, e := range l {
-						if uint32(e>>32) == fp {
-							s.Drops += e & 0xff
-						}
-					}
-					s.Drops = min(s.Drops, SrcDropsMax)
+					s.Drops = min(s.Drops+m.srcFilterLineOf(k).pending(fp), SrcDropsMax)
 				}
 				out[k] = &s
 			}
