@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/proc"
 )
 
 // userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux ABI).
@@ -180,44 +181,14 @@ func (r *linkReader) close() { r.h.Close() }
 // ksoftirqdTime is the CPU time of the ksoftirqd threads, summed
 // (/proc/PID/schedstat: ns on the CPU).
 func (e *env) ksoftirqdTime() (time.Duration, error) {
-	var sum time.Duration
-	for _, pid := range e.ksoftirqd {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			return 0, fmt.Errorf("read ksoftirqd schedstat: %w", err)
-		}
-		fs := strings.Fields(string(b))
-		if len(fs) < 1 {
-			return 0, fmt.Errorf("parse /proc/%d/schedstat %q", pid, b)
-		}
-		v, err := strconv.ParseInt(fs[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse /proc/%d/schedstat: %w", pid, err)
-		}
-		sum += time.Duration(v)
+	d, _, err := proc.RunTimes(e.ksoftirqd)
+	if err != nil {
+		return 0, fmt.Errorf("read ksoftirqd's time: %w", err)
 	}
-	return sum, nil
+	return d, nil
 }
 
 // findKsoftirqd returns the pids of the ksoftirqd/N threads.
 func findKsoftirqd() ([]int, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if err == nil && strings.HasPrefix(string(comm), "ksoftirqd/") {
-			pids = append(pids, pid)
-		}
-	}
-	if len(pids) == 0 {
-		return nil, fmt.Errorf("no ksoftirqd threads found")
-	}
-	return pids, nil
+	return proc.Named("ksoftirqd/")
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"github.com/xlimit/xlimit/maps"
 	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/proc"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -109,61 +109,11 @@ func (q *queueLab) threaded(ctx context.Context) error {
 // napi/<ifname>-<napi id>, as far as the 15 characters of a task's name
 // go.
 func (q *queueLab) napiThreads() ([]int, error) {
-	want := "napi/" + q.l.ServerIf + "-"
-	if len(want) > 15 {
-		want = want[:15]
-	}
-	ents, err := os.ReadDir("/proc")
+	pids, err := proc.Named("napi/" + q.l.ServerIf + "-")
 	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		if err != nil {
-			continue
-		}
-		if strings.HasPrefix(strings.TrimSpace(string(comm)), want) {
-			pids = append(pids, pid)
-		}
-	}
-	if len(pids) == 0 {
-		return nil, fmt.Errorf("find the NAPI threads of %s: none named %s*", q.l.ServerIf, want)
+		return nil, fmt.Errorf("find the NAPI threads of %s: %w", q.l.ServerIf, err)
 	}
 	return pids, nil
-}
-
-// runTime is the CPU time of pid and the number of times it ran (the
-// first and third fields of its schedstat).
-func runTime(pid int) (time.Duration, uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-	if err != nil {
-		return 0, 0, fmt.Errorf("read schedstat of %d: %w", pid, err)
-	}
-	var ns, wait, runs uint64
-	if _, err := fmt.Sscan(string(b), &ns, &wait, &runs); err != nil {
-		return 0, 0, fmt.Errorf("read schedstat of %d: %q: %w", pid, b, err)
-	}
-	return time.Duration(ns), runs, nil
-}
-
-// runTimes sums the CPU time and the runs of pids.
-func runTimes(pids []int) (time.Duration, uint64, error) {
-	var sum time.Duration
-	var runs uint64
-	for _, pid := range pids {
-		d, n, err := runTime(pid)
-		if err != nil {
-			return 0, 0, err
-		}
-		sum += d
-		runs += n
-	}
-	return sum, runs, nil
 }
 
 // pinNAPI finds which NAPI thread serves which receive queue, by flooding
@@ -186,7 +136,7 @@ func (q *queueLab) pinNAPI(ctx context.Context, cpus []int) error {
 	for i, cpu := range cpus {
 		before := make([]time.Duration, len(pids))
 		for j, pid := range pids {
-			if before[j], _, err = runTime(pid); err != nil {
+			if before[j], _, err = proc.RunTime(pid); err != nil {
 				return err
 			}
 		}
@@ -198,7 +148,7 @@ func (q *queueLab) pinNAPI(ctx context.Context, cpus []int) error {
 		}
 		best, bestD := -1, time.Duration(0)
 		for j, pid := range pids {
-			d, _, err := runTime(pid)
+			d, _, err := proc.RunTime(pid)
 			if err != nil {
 				return err
 			}
@@ -264,7 +214,7 @@ func (q *queueLab) snap(a *Attachment, slot int) (queueSnap, error) {
 		}
 	}
 	var err error
-	if s.napi, s.napiRuns, err = runTimes(q.napi); err != nil {
+	if s.napi, s.napiRuns, err = proc.RunTimes(q.napi); err != nil {
 		return s, err
 	}
 	st, err := q.l.Server.LinkStats(q.l.ServerIf)
