@@ -154,13 +154,13 @@ test-fast: lint build-test ## Quick check for developers (< 3 min): lint, unit a
 test: lint check-generated vm-validate test-unit test-kernel e2e image system-test ## Every tier: lint, generated-code check, Vagrantfile, unit, kernel, end-to-end, the OCI image check, the .deb in a booted guest.
 
 .PHONY: bench bench-queues
-bench-queues: ## The live multi-queue benchmark alone (root, ~4 min; loader.BenchmarkQueues, docs/design.md §7).
+bench-queues: ## The live multi-queue benchmark alone (root, ~6 min; loader.BenchmarkQueues, docs/design.md §7).
 	$(GO) test -run '^$$' -bench '^BenchmarkQueues$$' -benchtime 1x -v ./loader/
 
 # BENCH_FLAGS: e.g. -allow-dirty (the report then says so at its top), -quick.
 BENCH_FLAGS ?=
 
-bench: build ## Benchmarks (root, ~18 min, clean tree): every queue live, XDP_DROP beside xlimit, no live frames needed (bench/results/queues.txt); per-packet cost (SYN cookies apart), live flood vs nftables/iptables, random sources, every queue, accuracy, adaptive vs static (docs/design.md §7), paced queue (one report in bench/results/); compile cost of 64 rules × 65 536 shared prefixes (bench/results/compile-cost.txt); fleet sharing, 1 000 hosts × 100 rules simulated, and Redis's cost per exchange (bench/results/fleet-sim.txt).
+bench: build ## Benchmarks (root, ~20 min, clean tree): every queue live, XDP_DROP beside xlimit, no live frames needed (bench/results/queues.txt); per-packet cost (SYN cookies apart), live flood vs nftables/iptables, random sources, every queue, accuracy, adaptive vs static (docs/design.md §7), paced queue (one report in bench/results/); compile cost of 64 rules × 65 536 shared prefixes (bench/results/compile-cost.txt); fleet sharing, 1 000 hosts × 100 rules simulated, and Redis's cost per exchange (bench/results/fleet-sim.txt).
 	set -o pipefail; $(GO) test -run '^$$' -bench '^BenchmarkQueues$$' -benchtime 1x ./loader/ | tee bench/results/queues.txt
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench -out bench/results $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkCompileSharedPrefixes$$' -benchtime 5x ./daemon/ | tee bench/results/compile-cost.txt
