@@ -189,9 +189,13 @@ func (r *results) conclusions(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Conclusions of this run\n\nEach computed from the tables above by bench/conclude.go; none is fixed in advance.\n\n")
 	w("- Kernel: %s; %s.\n", r.kcfg.hzText(), r.irqTimeText())
-	w("- Generator: %s\n", r.generatorVerdict())
-	w("- veth ring: %s.\n", r.ringText())
-	w("- UDP stack: %s.\n", r.stackText())
+	if r.liveErr != nil {
+		w("- Live floods: not run (%v).\n", r.liveErr)
+	} else {
+		w("- Generator: %s\n", r.generatorVerdict())
+		w("- veth ring: %s.\n", r.ringText())
+		w("- UDP stack: %s.\n", r.stackText())
+	}
 	if ps := r.cmp[key{rcvXlimit, 0}]; len(ps) > 0 {
 		acc := over(ps, func(p point) float64 { return p.rate(p.Admitted) / r.c.rate })
 		w("- xlimit flat out at %.0f/s admitted %s of the configured rate.\n", r.c.rate, acc.format("%.4f"))
@@ -325,6 +329,11 @@ func (r *results) floodTargets() []string {
 		return "**MISSED**"
 	}
 	var out []string
+	if r.liveErr != nil {
+		out = append(out, "Targets on the live flood (issue 18: flat out at ≥ 80 % of XDP_DROP's rate, CPU per packet above it ≤ 0.12 × nftables `limit`'s; "+
+			"issue 28: the random-source flood at ≥ 60 % of XDP_DROP's rate): not judged, no live floods in this run. "+
+			"The every-queue targets below are BenchmarkQueues', which needs no live frames.")
+	}
 	if ref := r.cmp[key{rcvDrop, 0}]; len(ref) > 0 {
 		refRate, base := over(ref, mpps).med, over(ref, pathNS).med
 		if xl := r.cmp[key{rcvXlimit, 0}]; len(xl) > 0 {

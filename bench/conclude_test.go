@@ -45,3 +45,41 @@ func TestQueuesTargets(t *testing.T) {
 		t.Errorf("without the output: %q", got)
 	}
 }
+
+// TestReportWithoutLiveFrames: on a kernel that refuses live frames the
+// report still has every other section, says why the floods did not run,
+// and judges none of their targets (it used to stop before measuring
+// anything).
+func TestReportWithoutLiveFrames(t *testing.T) {
+	out, err := os.ReadFile("testdata/queues-a36ac8d.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newResults(config{reps: 3, rate: 10000, skipMaps: true, skipFake: true, skipTests: true})
+	r.queues = parseBench(out, "BenchmarkQueues/")
+	r.liveErr = errors.New("the floods' generator cannot run on this kernel: operation not permitted")
+	r.cpus = []int{0, 1}
+	r.finish()
+	md := r.markdown()
+	for _, want := range []string{
+		"## 2. Live flood\n\nNot run: the floods' generator cannot run on this kernel: operation not permitted.",
+		"### Live traffic\n\nNot run: no live floods",
+		"- Live floods: not run (the floods' generator",
+		"random-source flood at ≥ 60 % of XDP_DROP's rate): not judged, no live floods in this run.",
+		"per_source on 2 queue(s) at ≥ 60 % of XDP_DROP's rate: 62 %",
+		"## Conclusions of this run",
+		"## Method",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	for _, not := range []string{"### The generator", "### Comparison flat out", "### Random sources", "Target (issue 18): xlimit flat out"} {
+		if strings.Contains(md, not) {
+			t.Errorf("the report has %q without live floods", not)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("the report:\n%s", md)
+	}
+}

@@ -42,8 +42,11 @@ type results struct {
 	// not.
 	queues    []benchLine
 	queuesErr error
-	fake      []fakeClockCase
-	fakeErr   error
+	// liveErr: why the live floods (section 2, live accuracy) did not
+	// run, or nil.
+	liveErr error
+	fake    []fakeClockCase
+	fakeErr error
 
 	gen      map[string][]point // generator setups
 	genOrder []string

@@ -150,11 +150,6 @@ func preflight() error {
 			return fmt.Errorf("%s not found", t)
 		}
 	}
-	// Before anything is measured: without live frames the floods, the
-	// report's core, cannot run (docs/design.md §7).
-	if err := gen.LiveFrames(); err != nil {
-		return fmt.Errorf("the floods' generator cannot run on this kernel: %w", err)
-	}
 	return nil
 }
 
@@ -182,7 +177,16 @@ func run(ctx context.Context, c config) (err error) {
 	if err := os.Chdir(root); err != nil {
 		return err
 	}
+	// Without live frames the floods cannot run (docs/design.md §7): -ab
+	// is only floods; the report has everything else, and says so.
+	liveErr := gen.LiveFrames()
+	if liveErr != nil {
+		liveErr = fmt.Errorf("the floods' generator cannot run on this kernel: %w", liveErr)
+	}
 	if c.ab != "" {
+		if liveErr != nil {
+			return liveErr
+		}
 		e, err := newEnv(os.Getenv("XLIMIT_BIN"))
 		if err != nil {
 			return err
@@ -224,11 +228,7 @@ func run(ctx context.Context, c config) (err error) {
 		}
 	}
 
-	progress("live: setting up the lab")
-	e, err := newEnv(os.Getenv("XLIMIT_BIN"))
-	if err != nil {
-		return err
-	}
+	var e *env
 	defer func() {
 		if e == nil {
 			return
@@ -237,17 +237,31 @@ func run(ctx context.Context, c config) (err error) {
 			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
 		}
 	}()
-	res.cpus = e.cpus
-	res.lab = fmt.Sprintf("veth %s/%s, %d queues each; generator on CPUs %v", e.lab.ClientIf, e.lab.ServerIf, len(e.cpus), e.cpus)
-	if err := res.live(ctx, e); err != nil {
-		return err
+	if res.liveErr = liveErr; liveErr != nil {
+		progress("live: not run: %v", liveErr)
+		for c := range runtime.NumCPU() {
+			res.cpus = append(res.cpus, c)
+		}
+		res.lab = "no live lab (" + liveErr.Error() + ")"
+	} else {
+		progress("live: setting up the lab")
+		if e, err = newEnv(os.Getenv("XLIMIT_BIN")); err != nil {
+			return err
+		}
+		res.cpus = e.cpus
+		res.lab = fmt.Sprintf("veth %s/%s, %d queues each; generator on CPUs %v", e.lab.ClientIf, e.lab.ServerIf, len(e.cpus), e.cpus)
+		if err := res.live(ctx, e); err != nil {
+			return err
+		}
 	}
 	// 4. tests/' benchmarks, with the live lab gone: they make their own.
 	if !c.skipTests {
-		if cerr := e.close(); cerr != nil {
-			return fmt.Errorf("cleanup: %w", cerr)
+		if e != nil {
+			if cerr := e.close(); cerr != nil {
+				return fmt.Errorf("cleanup: %w", cerr)
+			}
+			e = nil
 		}
-		e = nil
 		progress("control: go test -bench '%s' ./tests/", c.testsBench)
 		res.testsRaw, res.tests, res.testsErr = runTestsBench(ctx, os.Getenv("XLIMIT_BIN"), c.testsBench)
 		if ctx.Err() != nil {
