@@ -430,6 +430,15 @@ static __always_inline int xl_srcf_live(__u64 e, __u32 n)
 	return d && d <= XL_SRCF_MAX_WAIT;
 }
 
+/* Whether entry i of line l still refuses its source at now_ns: a line
+ * written more than XL_SRCF_MAX_WAIT_NS ago holds none (its tills could
+ * read as ahead once their 24 bits wrap). */
+static __always_inline int xl_srcf_holds(const struct xl_srcf_line *l, __u64 e, __u64 now_ns)
+{
+	return now_ns - l->stamp_ns <= XL_SRCF_MAX_WAIT_NS &&
+	       xl_srcf_live(e, now_ns >> XL_SRCF_SHIFT);
+}
+
 /* The entry of line l with fingerprint fp, or -1. */
 static __always_inline int xl_srcf_find(const struct xl_srcf_line *l, __u32 fp)
 {
@@ -443,7 +452,10 @@ static __always_inline int xl_srcf_find(const struct xl_srcf_line *l, __u32 fp)
 
 /* Writes the filter's entry for the source of sc (its line, fingerprint
  * and entry, xl_source_admit_in's lookup) at now_ns: refused till till_ns,
- * or, when that is not a whole unit ahead, no entry. A new entry takes an
+ * or, when that is not a whole unit ahead, no entry. First every entry of
+ * the line that refuses no more is marked so (its till: now; its
+ * fingerprint and count kept), and the line stamped: after a write every
+ * till is within XL_SRCF_MAX_WAIT of the stamp. A new entry takes an
  * empty or lapsed one, else one picked by its fingerprint (what that
  * loses: the count of the packets it refused since its source last
  * reached the table, which its way's drops then never get). */
@@ -455,24 +467,37 @@ static __always_inline void xl_srcf_write(struct xl_src_scratch *sc, __u64 now_n
 	if (!l)
 		return;
 	__u32 n = now_ns >> XL_SRCF_SHIFT;
-	__u64 w = till_ns > now_ns ? (till_ns >> XL_SRCF_SHIFT) - n : 0;
+	int stale = now_ns - l->stamp_ns > XL_SRCF_MAX_WAIT_NS;
+#pragma unroll
+	for (int j = 0; j < XL_SRCF_WAYS; j++) {
+		__u64 e = l->e[j];
+		if (e && (stale || !xl_srcf_live(e, n)))
+			l->e[j] = (e & ~(0xffffffull << 8)) | (__u64)(n & 0xffffff) << 8;
+	}
+	l->stamp_ns = now_ns;
+	/* In whole units, from now's (all 64 bits: n is cut to 32, which
+	 * 2^52 ns of uptime, 52 days, pass). */
+	__u64 w = till_ns > now_ns ? (till_ns >> XL_SRCF_SHIFT) - (now_ns >> XL_SRCF_SHIFT) : 0;
 	if (w > XL_SRCF_MAX_WAIT)
 		w = XL_SRCF_MAX_WAIT;
-	int i = sc->fway;
+	__u32 i = sc->fway;
 	if (!w) {
-		if (i >= 0)
-			l->e[i & (XL_SRCF_WAYS - 1)] = 0;
+		if (i < XL_SRCF_WAYS)
+			l->e[i] = 0;
 		return;
 	}
-	if (i < 0) {
-		i = sc->fp & (XL_SRCF_WAYS - 1);
+	if (i >= XL_SRCF_WAYS) {
+		i = sc->fp % XL_SRCF_WAYS;
 #pragma unroll
 		for (int j = XL_SRCF_WAYS - 1; j >= 0; j--)
 			if (!(l->e[j] >> 32) || !xl_srcf_live(l->e[j], n))
 				i = j;
 	}
-	l->e[i & (XL_SRCF_WAYS - 1)] = (__u64)sc->fp << 32 | (__u64)((n + (__u32)w) & 0xffffff)
-								 << 8;
+	/* Kept from the compiler, which knows the bound, for the verifier,
+	 * which does not know a remainder's. */
+	asm volatile("" : "+r"(i));
+	if (i < XL_SRCF_WAYS)
+		l->e[i] = (__u64)sc->fp << 32 | (__u64)((n + (__u32)w) & 0xffffff) << 8;
 }
 
 /* xl_source_admit_in's answer when the source's way is in other units
@@ -553,11 +578,10 @@ static __always_inline int xl_source_admit_in(const struct xl_rule *r, __u32 slo
 	struct xl_srcf_line *l = xl_srcf_line(sc);
 	if (l) {
 		sc->fp = xl_srcf_fp(&sc->key, seed, r);
-		int i = xl_srcf_find(l, sc->fp);
-		if (i >= 0) {
-			__u64 *e = &l->e[i & (XL_SRCF_WAYS - 1)];
-			if (xl_srcf_live(*e, now_ns >> XL_SRCF_SHIFT) &&
-			    (*e & 0xff) < XL_SRCF_COUNT_MAX) {
+		__u32 i = xl_srcf_find(l, sc->fp);
+		if (i < XL_SRCF_WAYS) {
+			__u64 *e = &l->e[i];
+			if (xl_srcf_holds(l, *e, now_ns) && (*e & 0xff) < XL_SRCF_COUNT_MAX) {
 				*e += 1;
 				return 0;
 			}

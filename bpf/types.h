@@ -389,19 +389,26 @@ struct xl_src_ext_set {
  *   fingerprint (32 bits, never 0) << 32 | till (24 bits) << 8 | count,
  * till in units of 2^XL_SRCF_SHIFT ns, count the packets it refused since
  * (folded into the way's drops when the source next reaches the table).
- * 0: empty. */
-#define XL_SRCF_WAYS 8
+ * 0: empty. The line's stamp is the time of its last write, when every
+ * entry that refused no more was marked so (till: then), so that a till
+ * is never read more than XL_SRCF_MAX_WAIT from its writing and its 24
+ * bits are never ambiguous. */
+#define XL_SRCF_WAYS 7
 /* Lines per CPU by default (the loader sets xl_cfg_srcf_lines). */
 #define XL_SRCF_LINES 8192
 #define XL_SRCF_SHIFT 20
 /* The longest wait an entry holds, in its units (73 minutes; longer waits
  * are cut to it: the source reaches the table sooner, no harm done). A
- * till wraps every 2^24 units (4.9 hours). */
-#define XL_SRCF_MAX_WAIT (1u << 22)
+ * till wraps every 2^24 units (4.9 hours): the line's stamp keeps it from
+ * being read that late. */
+#define XL_SRCF_MAX_WAIT    (1u << 22)
+#define XL_SRCF_MAX_WAIT_NS ((__u64)XL_SRCF_MAX_WAIT << XL_SRCF_SHIFT)
 /* An entry's count stops here: its next packet goes to the table. */
 #define XL_SRCF_COUNT_MAX 0xffu
 
 struct xl_srcf_line {
+	__u64 stamp_ns; /* its last write; a line older than XL_SRCF_MAX_WAIT_NS holds no live entry
+			 */
 	__u64 e[XL_SRCF_WAYS];
 };
 

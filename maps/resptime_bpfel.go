@@ -304,8 +304,9 @@ type resptimeXlSrcSet struct {
 }
 
 type resptimeXlSrcfLine struct {
-	_ structs.HostLayout
-	E [8]uint64
+	_       structs.HostLayout
+	StampNs uint64
+	E       [7]uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -58,6 +58,46 @@ func TestSourceTable(t *testing.T) {
 		psCompareCounters(t, h)
 	})
 
+	// The filter in front of the table (source.h, xl_srcf_*) refuses a
+	// source no longer than its bucket would, however long it stays away
+	// and however long the host has been up (kernel and model side by
+	// side). Before (f45e2e7) the kernel dropped the source at its return
+	// in every case below but the first: after 52 days of uptime every
+	// entry held the longest wait, 73 minutes (TestOracle found it in CI);
+	// and a lapsed entry came back to life in the 73 minutes before each
+	// wrap of its till's 24 bits.
+	t.Run("filter entry lapses", func(t *testing.T) {
+		h := newPSHarness(t, 0)
+		one := dataplane.PerSourceSpec{Rate: 1, Burst: 1, PrefixV4: 32, PrefixV6: 64}
+		h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{psRule("r", 53, 1e6, 1e6, one)}}, nil))
+		const unit = uint64(1) << dataplane.SrcFilterShift
+		at := psT0
+		for i, c := range []struct {
+			start, away uint64
+		}{
+			{0, 2e9},
+			{0, 1 << 24 * unit},
+			{0, (1<<24 - dataplane.SrcFilterMaxWait/2) * unit},
+			{0, 3 * (1 << 24) * unit},
+			{1 << 52, 2e9},
+			{60 * 24 * 3600e9, 2e9},
+		} {
+			at = max(at, c.start)
+			f := build(udpTo(netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)}), 53))
+			for j, want := range []bool{true, false, false} {
+				if pass, _ := h.run(t, f, at+uint64(j)*1000); pass != want {
+					t.Fatalf("case %d: packet %d at %d ns passed %v, want %v", i, j, at, pass, want)
+				}
+			}
+			if pass, _ := h.run(t, f, at+c.away); !pass {
+				t.Errorf("case %d: uptime %.1f days, back after %.4f h: refused with its bucket full", i, float64(at)/86400e9, float64(c.away)/3.6e12)
+			}
+			at += c.away + 1e9
+		}
+		psCompareTable(t, h)
+		psCompareCounters(t, h)
+	})
+
 	// Eight sources that share their two sets (eight ways: a table of 64,
 	// 16 sets), each at three times its limit, interleaved: each keeps a
 	// way and is held to its limit (with one set each, four of them would

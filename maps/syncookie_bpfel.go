@@ -352,8 +352,9 @@ type syncookieXlSrcSet struct {
 }
 
 type syncookieXlSrcfLine struct {
-	_ structs.HostLayout
-	E [8]uint64
+	_       structs.HostLayout
+	StampNs uint64
+	E       [7]uint64
 }
 
 // Names of all BPF objects in the ELF.

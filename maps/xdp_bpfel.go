@@ -439,8 +439,9 @@ type xdpXlSrcWay struct {
 }
 
 type xdpXlSrcfLine struct {
-	_ structs.HostLayout
-	E [8]uint64
+	_       structs.HostLayout
+	StampNs uint64
+	E       [7]uint64
 }
 
 type xdpXlVerdict uint32

@@ -34,8 +34,8 @@ func TestConfigMapBytes(t *testing.T) {
 	}
 }
 
-// TestSrcFilterLines checks the per-source filter's size: an entry per way
-// on each CPU where that fits, never more than half the table's memory or
+// TestSrcFilterLines checks the per-source filter's size: a line per 8
+// ways on each CPU where that fits, never more than half the table's memory or
 // SrcFilterMaxBytes in all, a power of two of lines.
 func TestSrcFilterLines(t *testing.T) {
 	for _, c := range []struct{ size, ncpu, lines int }{
@@ -57,7 +57,7 @@ func TestSrcFilterLines(t *testing.T) {
 		if got&(got-1) != 0 {
 			t.Errorf("SrcFilterLines(%d sets, %d CPUs) = %d: not a power of two", sets, c.ncpu, got)
 		}
-		bytes := got * c.ncpu * SrcFilterWays * 8
+		bytes := got * c.ncpu * SrcFilterLineSize
 		if got > 1 && (bytes > sets*(SrcSetSize+SrcExtSetSize)/2 || bytes > SrcFilterMaxBytes) {
 			t.Errorf("%d sets, %d CPUs: a filter of %d bytes", sets, c.ncpu, bytes)
 		}

@@ -627,12 +627,12 @@ func (m *Model) sourceAdmit(r *Rule, slot int, pkt *Packet, nowNS uint64) bool {
 	if m.noSrcFilter {
 		line = &srcFilterLine{} // written, never read
 	} else if i := srcfFind(line, fp); i >= 0 {
-		if srcfLive(line[i], uint32(nowNS>>SrcFilterShift)) && line[i]&0xff < SrcFilterCountMax {
-			line[i]++
+		if srcfHolds(line, i, nowNS) && line.e[i]&0xff < SrcFilterCountMax {
+			line.e[i]++
 			m.srcFilterDrops[slot]++
 			return false
 		}
-		fway, carry = i, uint32(line[i]&0xff)
+		fway, carry = i, uint32(line.e[i]&0xff)
 	}
 	now := nowNS << TimeShift
 	s, x := m.srcLocate(k, r, now, true)

@@ -3,7 +3,8 @@ package dataplane
 // The Go model of the per-source filter (source.h, xl_srcf_*): in front
 // of the table, each CPU's own lines of SrcFilterWays entries, an entry
 // remembering till when a source that the table refused is refused
-// anyway. The model is one CPU, so it has one CPU's lines.
+// anyway, and the line stamped with its last write. The model is one CPU,
+// so it has one CPU's lines.
 
 const (
 	// SrcFilterShift is XL_SRCF_SHIFT: an entry's till counts units of
@@ -13,10 +14,16 @@ const (
 	SrcFilterMaxWait = 1 << 22
 	// SrcFilterCountMax is XL_SRCF_COUNT_MAX.
 	SrcFilterCountMax = 0xff
+	// srcFilterMaxWaitNS is XL_SRCF_MAX_WAIT_NS: a line not written for
+	// longer holds no live entry.
+	srcFilterMaxWaitNS = uint64(SrcFilterMaxWait) << SrcFilterShift
 )
 
 // srcFilterLine is one line of the filter (struct xl_srcf_line).
-type srcFilterLine [SrcFilterWays]uint64
+type srcFilterLine struct {
+	stamp uint64 // ns, its last write
+	e     [SrcFilterWays]uint64
+}
 
 // SrcFilterFP is the Go model of source.h's xl_srcf_fp: key k's
 // fingerprint under seed for a rule of epoch whose per-source settings
@@ -38,15 +45,15 @@ func SrcFilterPending(lines [][SrcFilterWays]uint64, per int, k SourceKey, seed,
 	at := int(SrcHash(k, seed) & uint32(per-1))
 	var n uint64
 	for c := 0; c+per <= len(lines); c += per {
-		n += (*srcFilterLine)(&lines[c+at]).pending(fp)
+		n += srcfPending(&lines[c+at], fp)
 	}
 	return n
 }
 
-// pending is what l's entries of fingerprint fp count.
-func (l *srcFilterLine) pending(fp uint32) uint64 {
+// srcfPending is what entries es of fingerprint fp count.
+func srcfPending(es *[SrcFilterWays]uint64, fp uint32) uint64 {
 	var n uint64
-	for _, e := range l {
+	for _, e := range es {
 		if uint32(e>>32) == fp {
 			n += e & 0xff
 		}
@@ -88,7 +95,7 @@ func srcfLive(e uint64, n uint32) bool {
 // of them), or -1.
 func srcfFind(l *srcFilterLine, fp uint32) int {
 	f := -1
-	for i, e := range l {
+	for i, e := range l.e {
 		if uint32(e>>32) == fp {
 			f = i
 		}
@@ -96,29 +103,43 @@ func srcfFind(l *srcFilterLine, fp uint32) int {
 	return f
 }
 
+// srcfHolds is xl_srcf_holds: whether entry i of l still refuses its
+// source at nowNS.
+func srcfHolds(l *srcFilterLine, i int, nowNS uint64) bool {
+	return nowNS-l.stamp <= srcFilterMaxWaitNS && srcfLive(l.e[i], uint32(nowNS>>SrcFilterShift))
+}
+
 // srcfWrite is xl_srcf_write: the entry of fingerprint fp (at way, or
 // -1: none yet) at nowNS says refused till tillNS, or goes when that is
-// not a whole unit ahead.
+// not a whole unit ahead; every entry that refuses no more is marked so
+// first, and the line stamped.
 func srcfWrite(l *srcFilterLine, way int, fp uint32, nowNS, tillNS uint64) {
 	n := uint32(nowNS >> SrcFilterShift)
+	stale := nowNS-l.stamp > srcFilterMaxWaitNS
+	for j, e := range l.e {
+		if e != 0 && (stale || !srcfLive(e, n)) {
+			l.e[j] = e&^(0xffffff<<8) | uint64(n&0xffffff)<<8
+		}
+	}
+	l.stamp = nowNS
 	var w uint64
 	if tillNS > nowNS {
-		w = tillNS>>SrcFilterShift - uint64(n)
+		w = tillNS>>SrcFilterShift - nowNS>>SrcFilterShift // all 64 bits of now, not n's 32
 	}
 	w = min(w, SrcFilterMaxWait)
 	if w == 0 {
 		if way >= 0 {
-			l[way] = 0
+			l.e[way] = 0
 		}
 		return
 	}
 	if way < 0 {
-		way = int(fp & (SrcFilterWays - 1))
+		way = int(fp % SrcFilterWays)
 		for j := SrcFilterWays - 1; j >= 0; j-- {
-			if l[j]>>32 == 0 || !srcfLive(l[j], n) {
+			if l.e[j]>>32 == 0 || !srcfLive(l.e[j], n) {
 				way = j
 			}
 		}
 	}
-	l[way] = uint64(fp)<<32 | uint64((n+uint32(w))&0xffffff)<<8
+	l.e[way] = uint64(fp)<<32 | uint64((n+uint32(w))&0xffffff)<<8
 }

@@ -144,3 +144,56 @@ func compareSources(t *testing.T, with, without *Model, changed bool) {
 		}
 	}
 }
+
+// TestSrcFilterStaleEntry: an entry refuses nothing once its till has
+// passed, however long its source stays away and however long the host
+// has been up. Before (f45e2e7):
+//   - after 2^52 ns of uptime (52 days), the wait was computed from now
+//     cut to 32 bits of the filter's units, so every entry was written
+//     with the longest wait (73 minutes): a source refused once was
+//     dropped by the filter for 73 minutes with its bucket full. Found by
+//     TestOracle in CI (seed 1796523973804950772; its fake clock starts a
+//     year after boot);
+//   - a lapsed entry came back to life for the 73 minutes before each wrap
+//     of its till's 24 bits (every 4.9 hours) and refused its source.
+func TestSrcFilterStaleEntry(t *testing.T) {
+	plan, err := Compile(&Spec{Rules: []RuleSpec{
+		{Name: "src", Protocol: "udp", Ports: []PortRange{{53, 53}}, Rate: 1e6, Burst: 1e6,
+			PerSource: &PerSourceSpec{Rate: 1, Burst: 1, PrefixV4: 32, PrefixV6: 64}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := frame.Build(frame.Spec{Src: netip.MustParseAddr("198.51.100.7"), Proto: frame.ProtoUDP, SrcPort: 4000, DstPort: 53, PayloadLen: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const unit = uint64(1) << SrcFilterShift
+	for _, c := range []struct{ start, away uint64 }{
+		{1e12, 1 << 24 * unit},                      // one whole wrap after the first packet
+		{1e12, (1<<24 - SrcFilterMaxWait/2) * unit}, // inside the window that came back to life
+		{1e12, (1<<24 - 2) * unit},
+		{1e12, 3 * (1 << 24) * unit}, // three wraps
+		// After 2^52 ns (52 days) of uptime, now in the filter's units
+		// passes 32 bits: every wait was taken as the longest, 73 minutes.
+		{60 * 24 * 3600e9, 2e9},
+		{1 << 52, 2e9},
+	} {
+		start, away := c.start, c.away
+		m := &Model{Plan: plan, SrcSets: SrcSets(1 << 10), SrcSeed: 0x5eed}
+		if v := m.Eval(f, start).Verdict; v != VerdictPass {
+			t.Fatalf("first packet: %v", v)
+		}
+		// Refused at the table (burst 1, 1/s): the filter has its entry,
+		// till about a second later, and refuses the next one itself.
+		if v := m.Eval(f, start+1000).Verdict; v != VerdictDrop {
+			t.Fatalf("second packet: %v, want a drop", v)
+		}
+		if v := m.Eval(f, start+2000).Verdict; v != VerdictDrop || m.srcFilterDrops[plan.Slot("src")] != 1 {
+			t.Fatalf("third packet: %v, the filter's drops %d: want the filter's drop", v, m.srcFilterDrops[plan.Slot("src")])
+		}
+		if v := m.Eval(f, start+away).Verdict; v != VerdictPass {
+			t.Errorf("uptime %.1f days, back after %.4f h: %v, want a pass (its bucket is full)", float64(start)/86400e9, float64(away)/3.6e12, v)
+		}
+	}
+}

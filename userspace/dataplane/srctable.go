@@ -34,20 +34,25 @@ func SrcSets(size int) int {
 }
 
 // SrcFilterWays is XL_SRCF_WAYS: the entries of a line of the per-source
-// filter (xl_src_filter), one cache line.
-const SrcFilterWays = 8
+// filter (xl_src_filter), which with the line's stamp fill one cache line
+// (SrcFilterLineSize bytes).
+const (
+	SrcFilterWays     = 7
+	SrcFilterLineSize = 64
+)
 
 // SrcFilterLines is the per-source filter's lines per CPU
-// (xl_cfg_srcf_lines) in front of a table of sets sets on ncpu CPUs: an
-// entry for each of the table's ways on each CPU, as long as that keeps
-// the filter within half the table's memory (8 bytes an entry against 64
-// a way with its rest: RSS spreads the sources over the CPUs) and within
-// SrcFilterMaxBytes on all CPUs together. A power of two, at least 1.
+// (xl_cfg_srcf_lines) in front of a table of sets sets on ncpu CPUs: 8
+// bytes for each of the table's ways on each CPU (a line of SrcFilterWays
+// entries per 8 ways), as long as that keeps the filter within half the
+// table's memory (8 bytes against 64 a way with its rest: RSS spreads the
+// sources over the CPUs) and within SrcFilterMaxBytes on all CPUs
+// together. A power of two, at least 1.
 func SrcFilterLines(sets, ncpu int) int {
 	ncpu = max(ncpu, 1)
 	ways := sets * SrcWays
 	entries := min(ways, 4*ways/ncpu, SrcFilterMaxBytes/8/ncpu)
-	lines := max(entries/SrcFilterWays, 1)
+	lines := max(entries*8/SrcFilterLineSize, 1)
 	return 1 << (bits.Len(uint(lines)) - 1)
 }
 
@@ -277,7 +282,7 @@ func (m *Model) Sources() map[SourceKey]*SourceState {
 			if k, s, ok := SrcEntry(&set.ways[i], &set.exts[i]); ok {
 				if m.srcFilter != nil {
 					fp := SrcFilterFP(k, m.SrcSeed, set.ways[i].Epoch, set.ways[i].Units)
-					s.Drops = min(s.Drops+m.srcFilterLineOf(k).pending(fp), SrcDropsMax)
+					s.Drops = min(s.Drops+srcfPending(&m.srcFilterLineOf(k).e, fp), SrcDropsMax)
 				}
 				out[k] = &s
 			}
