@@ -452,10 +452,10 @@ static __always_inline int xl_srcf_find(const struct xl_srcf_line *l, __u32 fp)
 
 /* Writes the filter's entry for the source of sc (its line, fingerprint
  * and entry, xl_source_admit_in's lookup) at now_ns: refused till till_ns,
- * or, when that is not a whole unit ahead, no entry. First every entry of
- * the line that refuses no more is marked so (its till: now; its
- * fingerprint and count kept), and the line stamped: after a write every
- * till is within XL_SRCF_MAX_WAIT of the stamp. A new entry takes an
+ * or, when that is not a whole unit ahead, no entry. Before an entry is
+ * written, every entry of the line that refuses no more is marked so (its
+ * till: now; its fingerprint and count kept), and the line stamped: after
+ * a write every till is within XL_SRCF_MAX_WAIT of the stamp. A new entry takes an
  * empty or lapsed one, else one picked by its fingerprint (what that
  * loses: the count of the packets it refused since its source last
  * reached the table, which its way's drops then never get). */
@@ -467,6 +467,18 @@ static __always_inline void xl_srcf_write(struct xl_src_scratch *sc, __u64 now_n
 	if (!l)
 		return;
 	__u32 n = now_ns >> XL_SRCF_SHIFT;
+	/* In whole units, from now's (all 64 bits: n is cut to 32, which
+	 * 2^52 ns of uptime, 52 days, pass). */
+	__u64 w = till_ns > now_ns ? (till_ns >> XL_SRCF_SHIFT) - (now_ns >> XL_SRCF_SHIFT) : 0;
+	if (w > XL_SRCF_MAX_WAIT)
+		w = XL_SRCF_MAX_WAIT;
+	__u32 i = sc->fway;
+	if (!w) {
+		/* Nothing written: the line and its stamp stay as they are. */
+		if (i < XL_SRCF_WAYS)
+			l->e[i] = 0;
+		return;
+	}
 	int stale = now_ns - l->stamp_ns > XL_SRCF_MAX_WAIT_NS;
 #pragma unroll
 	for (int j = 0; j < XL_SRCF_WAYS; j++) {
@@ -475,17 +487,6 @@ static __always_inline void xl_srcf_write(struct xl_src_scratch *sc, __u64 now_n
 			l->e[j] = (e & ~(0xffffffull << 8)) | (__u64)(n & 0xffffff) << 8;
 	}
 	l->stamp_ns = now_ns;
-	/* In whole units, from now's (all 64 bits: n is cut to 32, which
-	 * 2^52 ns of uptime, 52 days, pass). */
-	__u64 w = till_ns > now_ns ? (till_ns >> XL_SRCF_SHIFT) - (now_ns >> XL_SRCF_SHIFT) : 0;
-	if (w > XL_SRCF_MAX_WAIT)
-		w = XL_SRCF_MAX_WAIT;
-	__u32 i = sc->fway;
-	if (!w) {
-		if (i < XL_SRCF_WAYS)
-			l->e[i] = 0;
-		return;
-	}
 	if (i >= XL_SRCF_WAYS) {
 		i = sc->fp % XL_SRCF_WAYS;
 #pragma unroll

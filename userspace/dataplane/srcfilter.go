@@ -111,17 +111,10 @@ func srcfHolds(l *srcFilterLine, i int, nowNS uint64) bool {
 
 // srcfWrite is xl_srcf_write: the entry of fingerprint fp (at way, or
 // -1: none yet) at nowNS says refused till tillNS, or goes when that is
-// not a whole unit ahead; every entry that refuses no more is marked so
-// first, and the line stamped.
+// not a whole unit ahead; before an entry is written, every entry that
+// refuses no more is marked so, and the line stamped.
 func srcfWrite(l *srcFilterLine, way int, fp uint32, nowNS, tillNS uint64) {
 	n := uint32(nowNS >> SrcFilterShift)
-	stale := nowNS-l.stamp > srcFilterMaxWaitNS
-	for j, e := range l.e {
-		if e != 0 && (stale || !srcfLive(e, n)) {
-			l.e[j] = e&^(0xffffff<<8) | uint64(n&0xffffff)<<8
-		}
-	}
-	l.stamp = nowNS
 	var w uint64
 	if tillNS > nowNS {
 		w = tillNS>>SrcFilterShift - nowNS>>SrcFilterShift // all 64 bits of now, not n's 32
@@ -133,6 +126,13 @@ func srcfWrite(l *srcFilterLine, way int, fp uint32, nowNS, tillNS uint64) {
 		}
 		return
 	}
+	stale := nowNS-l.stamp > srcFilterMaxWaitNS
+	for j, e := range l.e {
+		if e != 0 && (stale || !srcfLive(e, n)) {
+			l.e[j] = e&^(0xffffff<<8) | uint64(n&0xffffff)<<8
+		}
+	}
+	l.stamp = nowNS
 	if way < 0 {
 		way = int(fp % SrcFilterWays)
 		for j := SrcFilterWays - 1; j >= 0; j-- {
