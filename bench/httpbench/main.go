@@ -188,6 +188,7 @@ func main() {
 	floodPPS := flag.Float64("flood-pps", 150000, "the spoofed SYN flood's rate")
 	capacity := flag.Float64("capacity", 0, "the app's capacity in requests/s (0: measure it)")
 	label := flag.String("label", "", "a word in the report's file name")
+	xlCommit := flag.String("xlimit-commit", "", "the commit -xlimit was built from, when not this checkout's")
 	quick := flag.Bool("quick", false, "shorter steps (2 s, 5 s, 2 s): a smoke test, not a figure")
 	flag.Parse()
 	if *quick {
@@ -200,7 +201,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	opts := options{out: *out, example: *example, only: split(*only), mults: *mults, kas: split(*kas),
-		flood: split(*floodVariants), floodPPS: *floodPPS, capacity: *capacity, label: *label}
+		flood: split(*floodVariants), floodPPS: *floodPPS, capacity: *capacity, label: *label, xlCommit: *xlCommit}
 	r := &runner{xlimitBin: abs(*xlimitBin), loadBin: abs(*loadBin), appBin: abs(*appBin)}
 	err := r.run(ctx, opts)
 	if cerr := r.close(); cerr != nil {
@@ -213,9 +214,9 @@ func main() {
 }
 
 type options struct {
-	out, example, mults, label string
-	only, kas, flood           []string
-	floodPPS, capacity         float64
+	out, example, mults, label, xlCommit string
+	only, kas, flood                     []string
+	floodPPS, capacity                   float64
 }
 
 func split(s string) []string {
@@ -273,6 +274,10 @@ func (r *runner) run(ctx context.Context, o options) error {
 		return fmt.Errorf("find nginx: %w (Debian's package nginx)", err)
 	}
 	facts := runFacts()
+	facts.XlimitCommit = facts.Describe
+	if o.xlCommit != "" {
+		facts.XlimitCommit = o.xlCommit
+	}
 	if s := r.strangers(); len(s) > 0 {
 		facts.Strangers = s
 		r.logf("WARNING: processes this run did not start may falsify its figures: %s", strings.Join(s, " "))
@@ -640,6 +645,7 @@ func (f *floodRun) finish(c *cell) {
 // facts are the run's circumstances, at the report's top.
 type facts struct {
 	Commit, Describe, Kernel, Started, Ended string
+	XlimitCommit                             string // what -xlimit was built from
 	LoadBefore, LoadAfter                    string
 	CPUs                                     int
 	Capacity                                 float64

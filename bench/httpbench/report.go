@@ -26,7 +26,7 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("# make bench-http: nginx → a Go app with a bounded pool, vegeta, side by side (issue 42)")
 	w("")
-	w("- commit: `%s` (`%s`); kernel %s; %d CPUs; nginx %s", f.Commit, f.Describe, f.Kernel, f.CPUs, f.Nginx)
+	w("- commit: `%s` (`%s`), xlimit built from `%s`; kernel %s; %d CPUs; nginx %s", f.Commit, f.Describe, f.XlimitCommit, f.Kernel, f.CPUs, f.Nginx)
 	w("- started %s, ended %s; load average before %s, after %s", f.Started, orDash(f.Ended), f.LoadBefore, orDash(f.LoadAfter))
 	if len(f.Strangers) > 0 || len(f.StrangersAfter) > 0 {
 		w("- **processes this run did not start** (may falsify figures): before %s, after %s", strings.Join(f.Strangers, " "), strings.Join(f.StrangersAfter, " "))
