@@ -50,9 +50,9 @@ const requestMinLimit = 2
 
 // requestLimit is Track's state for the in-flight limit on requests.
 type requestLimit struct {
-	limit    float64 // L; 0 before the first sample
-	peaks    [requestPeakSamples]float64
-	ipeak    int
+	limit float64 // L; 0 before the first sample
+	peaks [requestPeakSamples]float64
+	ipeak int
 }
 
 func (l *requestLimit) peak() float64 {

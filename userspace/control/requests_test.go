@@ -48,7 +48,9 @@ func newHTTPPlant(seed uint64, keep bool) *httpPlant {
 
 func (p *httpPlant) inFlight() int { return len(p.busy) + len(p.queue) }
 
-func (p *httpPlant) inWindow(arrival float64) bool { return arrival >= p.winStart && arrival < p.winEnd }
+func (p *httpPlant) inWindow(arrival float64) bool {
+	return arrival >= p.winStart && arrival < p.winEnd
+}
 
 // advance runs the plant for d seconds offered rate lambda (Poisson), in
 // steps of 0.1 ms.
