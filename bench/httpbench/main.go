@@ -142,6 +142,7 @@ type runner struct {
 	mu        sync.Mutex
 	procs     []*proc
 	log       *os.File
+	base      string // the results' path without extension
 	capacity  float64
 }
 
@@ -312,6 +313,10 @@ func (r *runner) run(ctx context.Context, o options) error {
 	base := filepath.Join(o.out, stamp+"-"+facts.Commit)
 	if o.label != "" {
 		base += "-" + o.label
+	}
+	r.base = base
+	if err := os.MkdirAll(base+"-xlimit", 0o755); err != nil {
+		return fmt.Errorf("make dir: %w", err)
 	}
 	if r.log, err = os.Create(base + ".log"); err != nil {
 		return fmt.Errorf("create log: %w", err)
@@ -496,6 +501,15 @@ func (r *runner) runVariant(ctx context.Context, v variant, flood bool, o option
 			c.Rules = rules
 			if d != nil {
 				r.stopXlimit(d)
+				// The daemon's log, a line per tick: the rate, the cap and
+				// the law's action the cell saw.
+				name := fmt.Sprintf("%s-ka-%s-%gx", v.Name, ka, mult)
+				if flood {
+					name += "-flood"
+				}
+				if err := os.WriteFile(filepath.Join(r.base+"-xlimit", name+".log"), []byte(d.p.out.String()), 0o644); err != nil {
+					return cells, fmt.Errorf("write daemon log: %w", err)
+				}
 				d = nil
 			}
 			cells = append(cells, c)

@@ -225,7 +225,7 @@ func (r *runner) startXlimit(name, rules string) (*xlimitDaemon, error) {
 	}
 	p, err := r.start(r.lab.Server, "xlimit", r.xlimitBin, "run", "--config", path, "--iface", r.lab.ServerIf,
 		"--bpffs", r.bpffs, "--state-dir", filepath.Join(r.dir, "state"), "--metrics-addr", "",
-		"--api-socket", filepath.Join(r.dir, "api.sock"))
+		"--api-socket", filepath.Join(r.dir, "api.sock"), "--log-level", "debug")
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 	}
 	w("Targets (issue 42, for `xl-example`, docs/examples/http-service.yaml as it ships): goodput ≥ 95 %% of C, p99 ≤ `nginx-limit_conn`'s p99 + 10 ms in the same table, refused p99 ≤ 10 ms, 0 client timeouts; under the flood also at most one packet sent per SYN received.")
 	w("")
-	w("Raw: `%s.json` (every cell's load summary, the app's stats, `xlimit status`); log: `%s.log`.", base, base)
+	w("Raw: `%s.json` (every cell's load summary, the app's stats, `xlimit status`, the rules); log: `%s.log`; the daemon's log of each cell (a line per tick): `%s-xlimit/`.", base, base, base)
 	return os.WriteFile(base+".md", []byte(b.String()), 0o644)
 }
 
