@@ -36,7 +36,7 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 	w("- the app: %d workers × %v, requests beyond the pool wait inside it; **measured capacity C = %.0f requests/s** (keep-alive load at 1.5× nominal, served between 2 s and 7 s)", appPool, appWork, f.Capacity)
 	w("- the client: vegeta v12.13.0 as a library (tests/realhost/cmd/load), open loop, request timeout %v and dial timeout %v; keep-alive off: a new connection per request, no pool cap (each request is its own client); keep-alive on: net/http's pool, at most %d connections (MaxConnsPerHost), %d idle kept", timeout, timeout, kaConns, kaIdle)
 	w("- each cell: %.1f×C for %v, then the step (2× or 10× C) for %v, then %.1f×C for %v; the figures are of the requests that left during the step. A fresh xlimit daemon per cell.", lowShare, lowDur, highDur, lowShare, lowDur)
-	w("- columns: sent/s is the offered rate achieved; goodput the 2xx answers per second of the step; p50/p99 of the 2xx; refused p99 the time until a refused request (reset, refused connection, 5xx) failed; timeouts the client's (%v, the dial's included); app queue the most requests that waited inside the app at once; cpu the machine's busy share over the cell", timeout)
+	w("- columns: sent/s is the offered rate achieved; goodput the 2xx answers per second of the step; p50/p99 of the 2xx; refused p99 the time until a refused request (reset, refused connection, 5xx) failed; timeouts the client's (%v, the dial's included); other errors those neither a refusal nor a timeout (the raw JSON names them); app queue the most requests that waited inside the app at once; cpu the machine's busy share over the cell", timeout)
 	w("")
 	w("Variants:")
 	w("")
@@ -62,8 +62,8 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 				}
 				w("%s", title)
 				w("")
-				hdr := "| variant | sent/s | goodput/s | of C | p50 ms | p99 ms | refused p99 ms | timeouts | resets | 503s | app queue | cpu | load avg |"
-				sep := "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+				hdr := "| variant | sent/s | goodput/s | of C | p50 ms | p99 ms | refused p99 ms | timeouts | resets | 503s | other errors | app queue | cpu | load avg |"
+				sep := "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 				if flood {
 					hdr += " flood sent/s | rx at server/s | XDP_TX | XDP_TX per packet received |"
 					sep += "---|---|---|---|"
@@ -77,9 +77,17 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 						w("| %s | error: %s |", c.Variant, c.Err)
 						continue
 					}
-					row := fmt.Sprintf("| %s | %.0f | %.1f | %.0f %% | %.1f | %.1f | %.1f | %d | %d | %d | %d | %.0f %% | %s |",
-						c.Variant, ov.SentRate, ov.Goodput, 100*ov.Goodput/f.Capacity, ov.P50ms, ov.P99ms, ov.RefusedMs,
-						ov.Timeout, ov.Reset, ov.E503, c.MaxQueue, 100*c.CPUBusy, c.LoadAvg)
+					refused := "—"
+					if ov.Refused > 0 {
+						refused = fmt.Sprintf("%.1f", ov.RefusedMs)
+					}
+					other := 0
+					for _, n := range ov.Other {
+						other += n
+					}
+					row := fmt.Sprintf("| %s | %.0f | %.1f | %.0f %% | %.1f | %.1f | %s | %d | %d | %d | %d | %d | %.0f %% | %s |",
+						c.Variant, ov.SentRate, ov.Goodput, 100*ov.Goodput/f.Capacity, ov.P50ms, ov.P99ms, refused,
+						ov.Timeout, ov.Reset, ov.E503, other, c.MaxQueue, 100*c.CPUBusy, c.LoadAvg)
 					if flood {
 						row += fmt.Sprintf(" %.0f | %.0f | %d | %.3f |", c.FloodPPS, c.FloodRecv, c.XDPTx, c.PerSYN)
 					}
