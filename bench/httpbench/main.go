@@ -144,6 +144,7 @@ type runner struct {
 	log       *os.File
 	base      string // the results' path without extension
 	capacity  float64
+	recreated int // times the veth pair was made again
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -172,8 +173,13 @@ type cell struct {
 	XDPTx     uint64          `json:"xdp_tx,omitempty"`     // packets XDP sent back (XDP_TX)
 	PerSYN    float64         `json:"answers_per_syn,omitempty"`
 	Rules     string          `json:"rules,omitempty"` // xlimit's rules file of the cell
-	Status    json.RawMessage `json:"xlimit_status,omitempty"`
-	Err       string          `json:"error,omitempty"`
+	// The server veth's frames dropped on their way to the client over
+	// the cell; the lab made again before it; the lab found wedged after.
+	ServerTxDropped uint64          `json:"server_tx_dropped"`
+	LabRecreated    bool            `json:"lab_recreated,omitempty"`
+	Wedged          bool            `json:"wedged,omitempty"`
+	Status          json.RawMessage `json:"xlimit_status,omitempty"`
+	Err             string          `json:"error,omitempty"`
 }
 
 func main() {
@@ -375,6 +381,7 @@ func (r *runner) run(ctx context.Context, o options) error {
 		}
 	}
 	facts.LoadAfter = loadAvg()
+	facts.Recreated = r.recreated
 	facts.StrangersAfter = r.strangers()
 	facts.Ended = time.Now().UTC().Format(time.RFC3339)
 	if err := write(); err != nil {
@@ -489,6 +496,15 @@ func (r *runner) runVariant(ctx context.Context, v variant, flood bool, o option
 			if ctx.Err() != nil {
 				return cells, ctx.Err()
 			}
+			// The lab must carry traffic before the cell starts: on this
+			// kernel a veth's receive side has been seen to stop for good
+			// (every frame to the client dropped as the server's tx
+			// drops) after a cell of XDP_TX answers; such a pair is made
+			// again.
+			recreated, err := r.mendLab()
+			if err != nil {
+				return cells, err
+			}
 			// A fresh daemon each cell: the law starts from the rules
 			// file's rate, not from the previous cell's end.
 			if rules != "" {
@@ -497,8 +513,11 @@ func (r *runner) runVariant(ctx context.Context, v variant, flood bool, o option
 					return cells, fmt.Errorf("variant %s: %w", v.Name, err)
 				}
 			}
+			tx0 := r.serverTxDropped()
 			c := r.cell(ctx, v, ka == "on", mult, flood, o.floodPPS)
 			c.Rules = rules
+			c.LabRecreated = recreated
+			c.ServerTxDropped = r.serverTxDropped() - tx0
 			if d != nil {
 				r.stopXlimit(d)
 				// The daemon's log, a line per tick: the rate, the cap and
@@ -515,6 +534,10 @@ func (r *runner) runVariant(ctx context.Context, v variant, flood bool, o option
 			cells = append(cells, c)
 			if _, err := r.drain(60 * time.Second); err != nil {
 				c.Err += "; " + err.Error()
+			}
+			if !r.healthy() {
+				c.Wedged = true
+				c.Err += "; the lab stopped carrying traffic to the client during the cell (the server veth's tx drops: the client end's receive ring no longer drained)"
 			}
 			if s := r.strangers(); len(s) > 0 {
 				c.Err += "; strangers: " + strings.Join(s, " ")
@@ -665,7 +688,7 @@ type facts struct {
 	Capacity                                 float64
 	Nginx                                    string
 	Strangers, StrangersAfter                []string
-	LiveFrames                               string
+	Recreated                                int // veth pairs made again (see runVariant)
 }
 
 func runFacts() facts {
@@ -684,4 +707,52 @@ func runFacts() facts {
 		f.Nginx = strings.TrimSpace(strings.TrimPrefix(string(out), "nginx version: "))
 	}
 	return f
+}
+
+// healthy reports whether a connection from the client reaches nginx (three
+// tries of a second).
+func (r *runner) healthy() bool {
+	addr := net.JoinHostPort(r.lab.ServerIP4.String(), "80")
+	for range 3 {
+		ok := false
+		_ = r.lab.Client.Do(func() error {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				ok = true
+				c.Close()
+			}
+			return nil
+		})
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// mendLab makes the veth pair again when the lab carries no traffic (see
+// runVariant); true when it did.
+func (r *runner) mendLab() (bool, error) {
+	if r.healthy() {
+		return false, nil
+	}
+	tx := r.serverTxDropped()
+	r.detach()
+	if err := r.lab.Recreate(1); err != nil {
+		return true, fmt.Errorf("make the lab's veth pair again: %w", err)
+	}
+	r.recreated++
+	if !r.healthy() {
+		return true, errors.New("the lab carries no traffic, even with a new veth pair")
+	}
+	r.logf("the lab carried no traffic to the client (server veth tx drops %d): veth pair made again", tx)
+	return true, nil
+}
+
+func (r *runner) serverTxDropped() uint64 {
+	s, err := r.lab.Server.LinkStats(r.lab.ServerIf)
+	if err != nil {
+		return 0
+	}
+	return s.TxDropped
 }

@@ -33,6 +33,9 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 	} else {
 		w("- no nginx, trafgen, vegeta, wrk or app process but this run's (checked before, after each cell, at the end)")
 	}
+	if f.Recreated > 0 {
+		w("- **the veth pair stopped carrying traffic to the client %d time(s)** and was made again before the next cell (the cells it happened in are marked `wedged`; their figures are not the variant's)", f.Recreated)
+	}
 	w("- the app: %d workers × %v, requests beyond the pool wait inside it; **measured capacity C = %.0f requests/s** (keep-alive load at 1.5× nominal, served between 2 s and 7 s)", appPool, appWork, f.Capacity)
 	w("- the client: vegeta v12.13.0 as a library (tests/realhost/cmd/load), open loop, request timeout %v and dial timeout %v; keep-alive off: a new connection per request, no pool cap (each request is its own client); keep-alive on: net/http's pool, at most %d connections (MaxConnsPerHost), %d idle kept", timeout, timeout, kaConns, kaIdle)
 	w("- each cell: %.1f×C for %v, then the step (2× or 10× C) for %v, then %.1f×C for %v; the figures are of the requests that left during the step. A fresh xlimit daemon per cell.", lowShare, lowDur, highDur, lowShare, lowDur)
@@ -91,7 +94,11 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 					if flood {
 						row += fmt.Sprintf(" %.0f | %.0f | %d | %.3f |", c.FloodPPS, c.FloodRecv, c.XDPTx, c.PerSYN)
 					}
-					row += " " + verdict(c, ref, f.Capacity) + " |"
+					v := verdict(c, ref, f.Capacity)
+					if c.Wedged {
+						v = "**wedged** (the lab stopped carrying traffic to the client: " + fmt.Sprint(c.ServerTxDropped) + " server tx drops) " + v
+					}
+					row += " " + v + " |"
 					w("%s", row)
 				}
 				for _, c := range group {
