@@ -42,11 +42,11 @@ deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
 
-# What make box, vm-test and real-host need on top (not in CI: they do not run there).
-DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system wrk curl
+# What make box, vm-test, real-host and bench-http need on top (not in CI: they do not run there).
+DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system wrk curl nginx
 
 .PHONY: deps-vm
-deps-vm: deps ## Install what make box, vm-test and real-host need as well (root).
+deps-vm: deps ## Install what make box, vm-test, real-host and bench-http need as well (root).
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_VM_PACKAGES)
 
 .PHONY: generate
@@ -165,6 +165,18 @@ bench: build ## Benchmarks (root, ~20 min, clean tree): every queue live, XDP_DR
 	XLIMIT_BIN=$(CURDIR)/$(BIN) $(GO) run ./bench -out bench/results $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkCompileSharedPrefixes$$' -benchtime 5x ./daemon/ | tee bench/results/compile-cost.txt
 	$(GO) run ./bench/fleetsim -out bench/results/fleet-sim.txt
+
+# make bench-http (issue 42): nginx (Debian's) proxying to a Go app with a
+# bounded pool, vegeta from the other end of a veth pair; nginx's limit_req
+# and limit_conn beside xlimit's variants, keep-alive on and off, 2x and 10x
+# the measured capacity, then the same under a spoofed SYN flood.
+# HTTP_BENCH_FLAGS: e.g. -variants unprotected,xl-example -keepalive on -quick.
+HTTP_BENCH_FLAGS ?=
+
+.PHONY: bench-http
+bench-http: build ## HTTP overload side by side (root, ~25 min, needs nginx): nginx limit_req/limit_conn vs xlimit's variants and docs/examples/http-service.yaml, keep-alive on/off, 2x/10x, with and without a SYN flood (bench/results/http/).
+	cd tests/realhost && $(GO) build -o $(CURDIR)/bin/hb-load ./cmd/load && $(GO) build -o $(CURDIR)/bin/hb-app ./cmd/app
+	$(GO) run ./bench/httpbench -xlimit $(BIN) -load bin/hb-load -app bin/hb-app -out bench/results/http $(HTTP_BENCH_FLAGS)
 
 FUZZTIME ?= 30s
 

@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -95,5 +99,27 @@ func TestHelp(t *testing.T) {
 	}
 	if code, out, _ := runCLI(t, "version"); code != 0 || !strings.HasPrefix(out, "xlimit ") {
 		t.Errorf("xlimit version: code %d, stdout %q", code, out)
+	}
+}
+
+// docs/examples/http-service.yaml, the recommended file for an HTTP
+// service (docs/control.md), passes `xlimit check` with everything enforced
+// and says what the docs say of it: port 80, response_time, target 30 ms,
+// resets. (Warnings about this machine's interfaces may come: the file
+// names eth0.)
+func TestCheckHTTPServiceExample(t *testing.T) {
+	const file = "../../docs/examples/http-service.yaml"
+	code, out, errOut := runCLI(t, "check", file)
+	if code != 0 || !strings.Contains(out, "ok (1 rules)") || strings.Contains(errOut, "not enforced") || strings.Contains(errOut, "ignored") {
+		t.Fatalf("check %s: code %d, stdout %q, stderr %q", file, code, out, errOut)
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Rules[0]
+	if len(r.Ports) != 1 || r.Ports[0] != (dataplane.PortRange{Lo: 80, Hi: 80}) || !r.SynOnly || r.Refuse != dataplane.RefuseReset ||
+		r.Behavior != config.BehaviorAdaptive || r.Adaptive.Signal != config.SignalResponseTime || r.Adaptive.TargetLatency != 30*time.Millisecond {
+		t.Errorf("%s: rule %+v, adaptive %+v: want port 80, syn_only, refuse reset, adaptive on response_time at 30ms", file, r, r.Adaptive)
 	}
 }

@@ -91,6 +91,9 @@ type Track struct {
 	// and how many samples it has (0: not under the cap).
 	capMu float64
 	capN  int
+	// The in-flight limit on requests, where the kernel counts them
+	// (requests.go).
+	req requestLimit
 }
 
 // capSmooth is the number of samples the service-rate estimate under the
@@ -166,6 +169,9 @@ func (t *Track) mu() float64 {
 func (t *Track) Step(in Signals, dt time.Duration) Step {
 	t.elapsed += max(dt.Seconds(), 0)
 	valid := func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // false for NaN
+	if in.InFlightRequests && in.HasInFlight && valid(in.InFlight) && !t.p.LatencyOnly {
+		return t.stepRequests(in, max(dt.Seconds(), 0))
+	}
 	latencyOK := !in.LatencyStale && !in.LatencyRepeated && in.Latency >= 0
 	queueOK := in.HasQueue && valid(in.QueueDepth)
 	// A burst larger than the setpoint's queue would put the queue past
@@ -174,6 +180,17 @@ func (t *Track) Step(in Signals, dt time.Duration) Step {
 	if !(latencyOK || queueOK) || !valid(in.UsedRate) || t.elapsed <= 0 {
 		if t.havePrev {
 			step.Error = (t.target - t.delay) / t.target
+		}
+		// A response_time tick without a response (the service rate read
+		// as 0, no latency) gives no evidence. For requestStall it holds;
+		// then a rate cut below the capacity the service showed probes
+		// back up to it: a cut held without evidence starved a keep-alive
+		// service at 91/s for 8 s while it could serve 366/s (issue 42).
+		if best := t.mu() * (1 + t.setpoint/(tauFactor*requestStall)); in.HasServiceRate && in.ServiceRate == 0 && !t.p.LatencyOnly &&
+			t.havePrev && t.elapsed+1e-9 >= requestStall && t.rate < best {
+			probe := 1 + t.setpoint/(tauFactor*max(dt.Seconds(), 0.001))
+			t.rate = min(max(t.rate*probe, t.p.MinRate), best, t.p.MaxRate)
+			step.Rate, step.Action, step.MaxBurst = t.rate, ActionProbe, max(t.setpoint*t.rate, 1)
 		}
 		return step
 	}

@@ -48,6 +48,7 @@ type Sampler struct {
 	handshakes HandshakeCounter
 	responses  ResponseTimes
 	inFlight   ConnCounter
+	requests   RequestCounter
 	// Per-rule state of the service-rate arithmetic, by rule name.
 	tcp  map[string]*tcpService
 	udp  map[string]*udpService
@@ -67,7 +68,7 @@ type respState struct {
 // then fall back to the namespace's counters, response_time rules are
 // stale, and no rule's connections in flight are capped).
 func (s *Sampler) SetSources(k KernelSources) {
-	s.handshakes, s.responses, s.inFlight = k.Handshakes, k.Responses, k.InFlight
+	s.handshakes, s.responses, s.inFlight, s.requests = k.Handshakes, k.Responses, k.InFlight, k.Requests
 }
 
 // NewSampler opens the sockets and files the sampler reads.
@@ -166,7 +167,9 @@ func (s *Sampler) Sample(rule *Rule, used float64) Signals {
 	switch {
 	case rule.Signal == config.SignalResponseTime:
 		s.responseTime(rule, now, &sig)
-		s.readInFlight(rule, &sig)
+		if !s.readRequests(rule, &sig) {
+			s.readInFlight(rule, &sig)
+		}
 	case rule.Signal == config.SignalSocketQueue:
 		s.socketQueue(rule, now, used, &sig)
 	case rule.Signal == config.SignalAcceptQueue || (rule.Signal == "" && rule.SynOnly):
@@ -176,6 +179,20 @@ func (s *Sampler) Sample(rule *Rule, used float64) Signals {
 		s.readInFlight(rule, &sig)
 	}
 	return sig
+}
+
+// readRequests reads the rule's requests in flight, where the kernel
+// counts them; false when it does not.
+func (s *Sampler) readRequests(rule *Rule, sig *Signals) bool {
+	if s.requests == nil {
+		return false
+	}
+	n, ok := s.requests.RequestsInFlight(rule)
+	if !ok || n < 0 {
+		return false
+	}
+	sig.InFlight, sig.HasInFlight, sig.InFlightRequests = float64(n), true, true
+	return true
 }
 
 // readInFlight reads the rule's connections in flight, where the kernel

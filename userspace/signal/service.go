@@ -37,12 +37,25 @@ type ConnCounter interface {
 	InFlight(rule *Rule) (n int64, ok bool)
 }
 
+// RequestCounter reads, per response_time rule, its HTTP requests in
+// flight as the kernel counts them (from a request's first byte to its
+// response's first byte: an idle keep-alive connection is not in flight),
+// where the kernel counts them and refuses the requests over the rule's
+// in-flight cap. ok is false when the rule's requests are not counted; the
+// sampler then reads its connections (ConnCounter).
+type RequestCounter interface {
+	RequestsInFlight(rule *Rule) (n int64, ok bool)
+}
+
 // KernelSources are the kernel's per-rule measures of the protected
 // services; a nil member measures nothing.
 type KernelSources struct {
 	Handshakes HandshakeCounter
 	Responses  ResponseTimes
 	InFlight   ConnCounter
+	// Requests, when not nil, counts response_time rules' requests in
+	// flight; Track then caps requests, not connections.
+	Requests RequestCounter
 }
 
 // ResponseTimes reads the on-wire response time of a rule's service

@@ -78,6 +78,14 @@ type Signals struct {
 	// when HasInFlight. Track caps it while the service is saturated.
 	InFlight    float64
 	HasInFlight bool
+	// InFlightRequests reports that InFlight counts requests, not
+	// connections: HTTP requests between their first byte and their
+	// response's first byte (an idle keep-alive connection is not in
+	// flight), where the kernel counts them for a response_time rule and
+	// refuses requests over the rule's in-flight cap, on new and on
+	// established connections alike. Track then steers the cap as a limit
+	// on requests (docs/control.md, "Keep-alive services").
+	InFlightRequests bool
 	// RateRefused is what the rule's rate refused over the tick (reason
 	// rule, per second; the in-flight cap's and the gates' refusals are
 	// not in it). The control loop fills it from the kernel's counters.

@@ -4,7 +4,9 @@
 // workers/work requests per second, does not depend on how fast an
 // emulated CPU is); requests beyond the pool wait for a slot up to
 // -queue-timeout and are then answered 503, the overload a real service
-// shows. /stats reports what it served.
+// shows; a request whose client went away leaves the queue. /stats reports
+// what it served, the requests waiting for a slot and the most that ever
+// waited at once (/stats?reset=1 starts that maximum afresh).
 package main
 
 import (
@@ -24,18 +26,24 @@ func main() {
 	queueTimeout := flag.Duration("queue-timeout", 2*time.Second, "longest wait for a worker before a 503")
 	flag.Parse()
 	slots := make(chan struct{}, *workers)
-	var served, refused, inflight atomic.Int64
+	var served, refused, inflight, waiting, maxWaiting atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
 		t := time.NewTimer(*queueTimeout)
 		defer t.Stop()
+		n := waiting.Add(1)
+		for m := maxWaiting.Load(); n > m && !maxWaiting.CompareAndSwap(m, n); m = maxWaiting.Load() {
+		}
 		select {
 		case slots <- struct{}{}:
+			waiting.Add(-1)
 		case <-t.C:
+			waiting.Add(-1)
 			refused.Add(1)
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		case <-r.Context().Done():
+			waiting.Add(-1)
 			return
 		}
 		inflight.Add(1)
@@ -49,9 +57,14 @@ func main() {
 		served.Add(1)
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		mw := maxWaiting.Load()
+		if r.URL.Query().Get("reset") != "" {
+			maxWaiting.Store(waiting.Load())
+		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"served": served.Load(), "refused": refused.Load(),
-			"inflight": inflight.Load(), "workers": *workers, "work_ms": work.Milliseconds(),
+			"inflight": inflight.Load(), "waiting": waiting.Load(), "max_waiting": mw,
+			"workers": *workers, "work_ms": work.Milliseconds(),
 			"capacity_per_s": float64(*workers) / work.Seconds()})
 	})
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
