@@ -16,6 +16,9 @@ type Model struct {
 	// Tables.SourceSeed). SrcSets 0: the default table's.
 	SrcSets int
 	SrcSeed uint32
+	// NoXDPTx is the kernel's xl_cfg_no_tx (maps.Options.NoXDPTx): the
+	// program never answers from XDP.
+	NoXDPTx bool
 	sources srcTable
 	// srcCredits is the CPU's credit for the source it last admitted for
 	// each rule (struct xl_src_credit).
