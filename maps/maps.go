@@ -135,6 +135,11 @@ func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
 			return nil, fmt.Errorf("set fake clock: %w", err)
 		}
 	}
+	if opts.NoXDPTx {
+		if err := spec.Variables[xdpVarXlCfgNoTx].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("compile XDP_TX out: %w", err)
+		}
+	}
 	sets := uint32(dataplane.SrcSets(opts.SourceTableSize))
 	spec.Maps[xdpMapXlSrcTable].MaxEntries = sets
 	spec.Maps[xdpMapXlSrcExts].MaxEntries = sets
