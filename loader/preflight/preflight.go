@@ -178,9 +178,13 @@ func virtioNet(f Facts, d *Decision) {
 			What: fmt.Sprintf("%d queue pairs in use of %d with %d possible CPUs: virtio_net's shared XDP_TX mode takes its lock-free branch and sends past the device's last queue pair (a NULL-pointer panic in virtnet_xdp_xmit on Linux 6.12.118): XDP_TX is not used (SYN cookies are the kernel's, refusals are dropped without a reset)", stack, f.MaxCombined, cpus),
 			Fix:  fix})
 	case shared:
+		fix := fmt.Sprintf("give the device at least %d queue pairs (the hypervisor's queues) for XDP_TX pairs of its own", stack+cpus)
+		if f.MaxCombined > cpus {
+			fix = fmt.Sprintf("ethtool -L %s combined %d for XDP_TX pairs of its own", f.Iface, f.MaxCombined-cpus)
+		}
 		d.Findings = append(d.Findings, Finding{Rule: "virtio_net-xdp-tx", Level: Warn,
 			What: fmt.Sprintf("%d queue pairs in use of %d with %d possible CPUs: XDP_TX shares the stack's pairs under a lock (the driver's slower shared mode, which stays within the device's pairs)", stack, f.MaxCombined, cpus),
-			Fix:  fmt.Sprintf("ethtool -L %s combined %d for XDP_TX pairs of its own", f.Iface, maxInt(1, int(f.MaxCombined)-int(cpus)))})
+			Fix:  fix})
 	default:
 		d.Findings = append(d.Findings, Finding{Rule: "virtio_net-xdp-tx", Level: Info,
 			What: fmt.Sprintf("%d queue pairs in use of %d with %d possible CPUs: XDP_TX gets a pair per CPU", stack, f.MaxCombined, cpus)})
@@ -238,11 +242,4 @@ func mtuNative(f Facts, d *Decision) {
 			What: fmt.Sprintf("MTU %d: %s runs native XDP on one page per frame, which this MTU does not fit (it refuses the program or needs multi-buffer XDP, which xlimit's program does not declare)", f.MTU, f.Driver),
 			Fix:  fmt.Sprintf("ip link set dev %s mtu 3498 (or lower)", f.Iface)})
 	}
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }

@@ -207,4 +207,11 @@ func TestRead(t *testing.T) {
 	if _, err := (Reader{Root: t.TempDir()}).Read("eth9"); err == nil {
 		t.Error("a missing interface: no error")
 	}
+	// Not in this sysfs (another namespace's): the ethtool ioctl names it.
+	root := t.TempDir()
+	writeSysfs(t, root, "eth0", "", "0-1", 1, 1, 1500)
+	f, err := Reader{Root: root, Ethtool: fakeEthtool{driver: "virtio_net", ch: Channels{Combined: 4, MaxCombined: 4}, ok: true}}.Read("eth1")
+	if err != nil || f.Driver != "virtio_net" || f.Combined != 4 || f.PossibleCPUs != 2 || Decide(f).XDPTx {
+		t.Errorf("an interface only ethtool sees: %+v, %v", f, err)
+	}
 }

@@ -37,8 +37,12 @@ type Ethtool interface {
 // Read reads the facts of iface.
 func (r Reader) Read(iface string) (Facts, error) {
 	f := Facts{Iface: iface}
+	// sysfs shows the network namespace it was mounted in: a process
+	// that entered another (setns, without a sysfs of its own) finds
+	// the interface only through the ethtool ioctl, which answers for
+	// the namespace of its socket.
 	dev := filepath.Join(r.Root, "sys/class/net", iface)
-	if _, err := os.Stat(dev); err != nil {
+	if _, err := os.Stat(dev); err != nil && r.Ethtool == nil {
 		return f, fmt.Errorf("read interface %s: %w", iface, err)
 	}
 	// The driver: the device's driver link, else what ethtool says (a
