@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 
@@ -50,7 +51,7 @@ func logPreflight(log *slog.Logger, a *loader.Attachment) {
 		if f.Level != preflight.Info {
 			lvl = slog.LevelWarn
 		}
-		log.Log(nil, lvl, "driver preflight: "+f.What, "iface", a.Iface, "rule", f.Rule, "level", f.Level.String(), "to_change", f.Fix)
+		log.Log(context.Background(), lvl, "driver preflight: "+f.What, "iface", a.Iface, "rule", f.Rule, "level", f.Level.String(), "to_change", f.Fix)
 	}
 	log.Info("driver preflight", "iface", a.Iface, "xdp_tx", a.Preflight.XDPTx, "native", a.Preflight.Native)
 }
