@@ -49,6 +49,29 @@ const struct xl_host_addr *xl_btf_host_addr __attribute__((unused));
 /* The cookie path's class for a shadow rule's SYN: not asked, not
  * answered (a shadow rule answers nothing), counted as a cookie. */
 #define XL_ANSWER_SHADOW (XL_ANSWER_MAX + 1)
+/* The cookie path's class for a SYN on an interface without XDP_TX
+ * (xl_cfg_no_tx): passed to the kernel, whose own SYN cookies answer it. */
+#define XL_ANSWER_KERNEL (XL_ANSWER_MAX + 2)
+
+/* Set by the loader (maps.Options.NoXDPTx) on an interface whose driver
+ * would take a path known to crash sending XDP_TX frames (loader/preflight,
+ * docs/kernels.md): the program answers nothing from XDP. A SYN the cookie
+ * path would answer passes to the kernel (its own SYN cookies); a SYN to
+ * be refused with a reset is dropped unanswered. The verifier prunes every
+ * XDP_TX return when it is set. */
+volatile const __u32 xl_cfg_no_tx = 0;
+
+/* The cookie path's class for a SYN of rule r (key: gen * 64 + slot): a
+ * shadow rule's is only counted, and without XDP_TX the kernel answers. */
+static __always_inline __u32 xl_cookie_ask(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 key,
+					   __u64 *now, const struct xl_rule *r)
+{
+	if (r->flags & XL_RULE_SHADOW)
+		return XL_ANSWER_SHADOW;
+	if (xl_cfg_no_tx)
+		return XL_ANSWER_KERNEL;
+	return xl_cookie_take(ctx, pkt, key, now);
+}
 
 /* Applies the rule in one slot of a generation (key: gen * XL_MAX_RULES +
  * slot, its key in xl_rules) and counts its decision. The packet matched
@@ -109,11 +132,12 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	 * cookies (syncookie.h). A shadow rule's is only counted. */
 	__u32 answer = XL_ANSWER_MAX;
 	if (xl_cookie_first(r, slot, pkt, b, inc, now)) {
-		answer = (r->flags & XL_RULE_SHADOW) ? XL_ANSWER_SHADOW
-						     : xl_cookie_take(ctx, pkt, key, now);
+		answer = xl_cookie_ask(ctx, pkt, key, now, r);
 		if (!xl_cookie_fallback(answer)) {
 			reason = XL_REASON_COOKIE;
 			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
+			if (answer == XL_ANSWER_KERNEL)
+				verdict = XL_VERDICT_PASS;
 			goto out;
 		}
 	}
@@ -125,7 +149,7 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	__u32 refused = xl_gate_refusal(r, slot, pkt, lim, st);
 	if (refused) {
 		reason = refused;
-		if (!(r->flags & XL_RULE_SHADOW) &&
+		if (!(r->flags & XL_RULE_SHADOW) && !xl_cfg_no_tx &&
 		    xl_reset_decide(ctx, gen, slot, pkt, st, b, inc, now) == XL_RESET_SENT)
 			reset = XL_APPLY_RESET;
 		goto out;
@@ -160,14 +184,15 @@ out:
 	 * it has been there already. */
 	if (reason == XL_REASON_RULE && answer == XL_ANSWER_MAX &&
 	    xl_cookie_overflow(r, slot, pkt, now)) {
-		answer = (r->flags & XL_RULE_SHADOW) ? XL_ANSWER_SHADOW
-						     : xl_cookie_take(ctx, pkt, key, now);
+		answer = xl_cookie_ask(ctx, pkt, key, now, r);
 		if (!xl_cookie_fallback(answer)) {
 			reason = XL_REASON_COOKIE;
 			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
+			if (answer == XL_ANSWER_KERNEL)
+				verdict = XL_VERDICT_PASS;
 		}
 	}
-	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE || capped) &&
+	if ((reason == XL_REASON_RULE || reason == XL_REASON_SOURCE || capped) && !xl_cfg_no_tx &&
 	    xl_refuse_reset(ctx, gen, slot, r, pkt, st, b, inc, now))
 		reset = XL_APPLY_RESET;
 	if (verdict == XL_VERDICT_DROP && (r->flags & XL_RULE_SHADOW))
@@ -302,9 +327,11 @@ malformed:
 		verdict = XL_VERDICT_DROP;
 out:
 	xl_count(XL_GLOBAL_SLOT, verdict, reason, len);
-	if (reset && xl_reply_reset(ctx, &pkt) == 0)
+	/* Nothing is sent back without XDP_TX (xl_cfg_no_tx): the rules
+	 * above asked for no answer then; this keeps it so for any other. */
+	if (!xl_cfg_no_tx && reset && xl_reply_reset(ctx, &pkt) == 0)
 		return XDP_TX;
-	if (cookie)
+	if (!xl_cfg_no_tx && cookie)
 		return xl_reply_cookie(ctx, &pkt, cookie - 1, now);
 	return verdict == XL_VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }

@@ -39,6 +39,7 @@ func (f *apiFront) Status() (api.StatusReport, error) {
 		if err != nil {
 			return rep, err
 		}
+		st.Preflight = preflightStatus(a) // answer.go
 		rep.Interfaces = append(rep.Interfaces, st)
 	}
 	rep.Fleet = f.fleet()

@@ -335,7 +335,8 @@ func (d *daemon) metricTargets() []metrics.Target {
 	d.kernel.with(func(attach []*loader.Attachment, plans map[string]*dataplane.Plan) {
 		for _, a := range attach {
 			if p := plans[a.Iface]; p != nil {
-				ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a)})
+				tx := a.Preflight.XDPTx
+				ts = append(ts, metrics.Target{Iface: a.Iface, Plan: p, Table: a.Tables(), HostAddrs: d.hostAddrs.metrics(a), XDPTx: &tx})
 			}
 		}
 	})

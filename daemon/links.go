@@ -72,6 +72,7 @@ func (l *links) attachAll(fill func(iface string) func(*maps.Tables) error) erro
 		l.setAttached(iface, true)
 		id, _ := a.ProgramID()
 		l.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
+		logPreflight(l.log, a) // answer.go
 		if a.Resumed {
 			l.log.Warn("completed the migration of the pins that a daemon stopped in the middle of", "iface", iface)
 		}

@@ -88,7 +88,7 @@ func (pl *pipeline) commit(p *prepared) error {
 	for _, w := range p.specs.NotEnforced {
 		pl.log.Warn("not enforced by this version", "what", w)
 	}
-	warnXDPTx(pl.log, pl.kernel.names(), p.specs.Dataplane) // answer.go
+	warnXDPTx(pl.log, pl.kernel.all(), p.specs.Dataplane) // answer.go
 	return nil
 }
 

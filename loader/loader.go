@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/loader/preflight"
 	"github.com/xlimit/xlimit/maps"
 )
 
@@ -67,6 +68,9 @@ type Options struct {
 	// the one attached: it writes the rules, so that a fresh attach
 	// enforces them from its first packet, never an empty program.
 	Fill func(t *maps.Tables) error
+	// NoXDPTx loads the program with XDP_TX compiled out whatever the
+	// preflight says (maps.Options.NoXDPTx).
+	NoXDPTx bool
 }
 
 // Attachment is the program attached to one interface, with its pinned
@@ -108,6 +112,14 @@ type Attachment struct {
 	// here (the TC program of their ACK side is not attached; cookie.go).
 	CookieErr error
 
+	// Preflight is what the driver's preflight decided for the interface
+	// (preflight.go): with Preflight.XDPTx false the program was loaded
+	// with XDP_TX compiled out. PreflightErr says why the facts could not
+	// be read (XDP_TX is then avoided).
+	Preflight    preflight.Decision
+	PreflightErr error
+
+	noTx     bool        // the program was loaded with XDP_TX compiled out
 	cookies  *tcxProgram // the SYN cookies' ACK check (cookie.go)
 	respTime *tcxProgram // the response timer (resptime.go)
 	objs     *maps.Objects
@@ -152,9 +164,15 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	// all; pins of an xlimit whose layouts differ are migrated (the
 	// program attached keeps enforcing until the swap).
 	var mig *maps.Migration
-	a.objs, err = maps.Load(maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize})
+	// preflight.go: whether the program may send frames back (XDP_TX) on
+	// this driver, decided before it is loaded, as the attach itself may
+	// run it (virtio_net re-enables NAPI inside the attach).
+	a.Preflight, a.PreflightErr = Preflight(iface, opts.Mode)
+	mopts := maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize, NoXDPTx: opts.NoXDPTx || !a.Preflight.XDPTx}
+	a.noTx = mopts.NoXDPTx
+	a.objs, err = maps.Load(mopts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		mig, err = maps.LoadMigrating(maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize}, filepath.Join(a.Dir, migratingDir))
+		mig, err = maps.LoadMigrating(mopts, filepath.Join(a.Dir, migratingDir))
 		if err != nil {
 			return nil, fmt.Errorf("migrate the maps pinned in %s to this version's layouts (the program attached keeps enforcing): %w", a.Dir, err)
 		}

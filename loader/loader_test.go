@@ -99,6 +99,12 @@ func TestAttachLockAdoptDetach(t *testing.T) {
 	if a.Adopted || a.Mode != ModeNative {
 		t.Fatalf("first attach: adopted=%v mode=%q", a.Adopted, a.Mode)
 	}
+	// The driver's preflight reads the veth in the lab's namespace (through
+	// the ethtool ioctl: this process's sysfs is the host's) and allows
+	// XDP_TX there; the program is loaded with it.
+	if a.PreflightErr != nil || !a.Preflight.XDPTx || a.noTx {
+		t.Errorf("preflight on a veth: %s, err %v, loaded without XDP_TX %v; findings %v", a.Preflight.Summary(), a.PreflightErr, a.noTx, a.Preflight.Findings)
+	}
 	plan, err := dataplane.Compile(&dataplane.Spec{Rules: []dataplane.RuleSpec{{Name: "r", Protocol: "udp", Rate: 10, Burst: 1}}}, nil)
 	if err != nil {
 		t.Fatal(err)

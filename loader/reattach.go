@@ -33,6 +33,14 @@ func (a *Attachment) Reattach(mode Mode) error {
 		return fmt.Errorf("reattach: find interface %s: %w", a.Iface, err)
 	}
 	index := nl.Attrs().Index
+	// The interface may be another device now: a program loaded with
+	// XDP_TX is not attached where the preflight avoids it (the caller
+	// attaches afresh, which loads one without).
+	if !a.noTx {
+		if d, _ := Preflight(a.Iface, mode); !d.XDPTx {
+			return fmt.Errorf("reattach to %s: the driver's preflight avoids XDP_TX there now, and this program sends it", a.Iface)
+		}
+	}
 	l, err := attach(a.objs.Program(), index, mode)
 	if err != nil {
 		return fmt.Errorf("reattach to %s: %w", a.Iface, err)

@@ -34,6 +34,12 @@ type Options struct {
 	// set-associative table, bpf/source.h), rounded up to a power of two
 	// of at least dataplane.SrcWays; 0 keeps the default of 65536.
 	SourceTableSize int
+	// NoXDPTx loads the program with XDP_TX compiled out (xl_cfg_no_tx):
+	// for an interface whose driver is known to misbehave sending XDP_TX
+	// frames (loader/preflight). SYNs the cookie path would answer go to
+	// the kernel, whose own SYN cookies answer them; refused SYNs are
+	// dropped without a reset.
+	NoXDPTx bool
 }
 
 // Objects is a loaded XDP program with its maps.
@@ -127,6 +133,11 @@ func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	if opts.FakeClock {
 		if err := spec.Variables[xdpVarXlCfgFakeClock].Set(uint32(1)); err != nil {
 			return nil, fmt.Errorf("set fake clock: %w", err)
+		}
+	}
+	if opts.NoXDPTx {
+		if err := spec.Variables[xdpVarXlCfgNoTx].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("compile XDP_TX out: %w", err)
 		}
 	}
 	sets := uint32(dataplane.SrcSets(opts.SourceTableSize))

@@ -506,6 +506,7 @@ const (
 	xdpVarXlBtfRuleFlag     = "xl_btf_rule_flag"
 	xdpVarXlBtfVerdict      = "xl_btf_verdict"
 	xdpVarXlCfgFakeClock    = "xl_cfg_fake_clock"
+	xdpVarXlCfgNoTx         = "xl_cfg_no_tx"
 	xdpVarXlCfgSrcSets      = "xl_cfg_src_sets"
 	xdpVarXlCfgSrcfCpus     = "xl_cfg_srcf_cpus"
 	xdpVarXlCfgSrcfLines    = "xl_cfg_srcf_lines"
@@ -614,6 +615,7 @@ type xdpVariableSpecs struct {
 	XlBtfRuleFlag     *ebpf.VariableSpec `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgNoTx         *ebpf.VariableSpec `ebpf:"xl_cfg_no_tx"`
 	XlCfgSrcSets      *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus     *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
 	XlCfgSrcfLines    *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_lines"`
@@ -730,6 +732,7 @@ type xdpVariables struct {
 	XlBtfRuleFlag     *ebpf.Variable `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.Variable `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgNoTx         *ebpf.Variable `ebpf:"xl_cfg_no_tx"`
 	XlCfgSrcSets      *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus     *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`
 	XlCfgSrcfLines    *ebpf.Variable `ebpf:"xl_cfg_srcf_lines"`

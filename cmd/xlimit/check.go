@@ -4,21 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/xlimit/xlimit/daemon"
 	"github.com/xlimit/xlimit/loader"
+	"github.com/xlimit/xlimit/loader/preflight"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/lockout"
 )
 
 func cmdCheck(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "check", "FILE",
+	fs := newFlags(e, "check", "[--iface IF]... [FILE]",
 		"Validate a rules file without touching the kernel. Prints every problem as\n"+
-			"FILE:LINE: field: problem and exits 1 when there is any.")
+			"FILE:LINE: field: problem and exits 1 when there is any. With --iface (or the\n"+
+			"file's interfaces), prints the driver's preflight: what XDP would do there\n"+
+			"(native mode, XDP_TX) and what to change (docs/kernels.md).")
+	ifaces := fs.StringArray("iface", nil, "interface whose driver preflight to print (repeatable)")
+	xdpMode := fs.String("xdp-mode", "auto", "the attach mode run would use: auto, native or generic")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() == 0 && len(*ifaces) > 0 {
+		return printPreflights(e, *ifaces, loader.Mode(*xdpMode), nil)
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: want exactly one FILE", errUsage)
@@ -92,11 +101,39 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 			if err := loader.CheckXDPTxPeer(iface); errors.Is(err, loader.ErrVethPeerNoXDP) {
 				fmt.Fprintf(e.stderr, "warning: %s: interfaces: %v (rules %s)\n", file, err, strings.Join(names, ", "))
 			}
-			if err := loader.CheckXDPTxQueues(iface); errors.Is(err, loader.ErrVirtioSharedXDPTx) {
-				fmt.Fprintf(e.stderr, "warning: %s: interfaces: %v (rules %s)\n", file, err, strings.Join(names, ", "))
-			}
 		}
 	}
 	fmt.Fprintf(e.stdout, "%s: ok (%d rules)\n", file, len(cfg.Rules))
+	return printPreflights(e, append(slices.Clone(*ifaces), cfg.Interfaces...), loader.Mode(*xdpMode), dataplane.XDPTxRules(specs.Dataplane))
+}
+
+// printPreflights prints the driver's preflight of each interface (once
+// each): the decision, the facts it came from and every finding; where
+// XDP_TX is avoided, what the rules that answer from XDP (answering) do
+// instead.
+func printPreflights(e *env, ifaces []string, mode loader.Mode, answering []string) error {
+	seen := map[string]bool{}
+	for _, iface := range ifaces {
+		if seen[iface] {
+			continue
+		}
+		seen[iface] = true
+		f, _ := preflight.Host.Read(iface)
+		d, err := loader.Preflight(iface, mode)
+		fmt.Fprintf(e.stdout, "%s: preflight: %s (driver %q, kernel %s, %d possible CPUs", iface, d.Summary(), f.Driver, f.Kernel, f.PossibleCPUs)
+		if f.HasChannels {
+			fmt.Fprintf(e.stdout, ", channels combined %d of %d, rx %d tx %d", f.Combined, f.MaxCombined, f.RxCount, f.TxCount)
+		}
+		fmt.Fprintf(e.stdout, ", real queues rx %d tx %d, mtu %d)\n", f.RxQueues, f.TxQueues, f.MTU)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "warning: %s: preflight: %v\n", iface, err)
+		}
+		for _, fi := range d.Findings {
+			fmt.Fprintf(e.stdout, "  %s\n", fi)
+		}
+		if !d.XDPTx && len(answering) > 0 {
+			fmt.Fprintf(e.stderr, "warning: %s: XDP_TX avoided: rules %s answer nothing from XDP here: their SYN cookies are the kernel's own (net.ipv4.tcp_syncookies), their refused SYNs are dropped without a reset\n", iface, strings.Join(answering, ", "))
+		}
+	}
 	return nil
 }

@@ -193,6 +193,16 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 	if st.Memory != nil {
 		printMemory(w, st.Memory)
 	}
+	if p := st.Preflight; p != nil {
+		tx := "XDP_TX used"
+		if !p.XDPTx {
+			tx = "XDP_TX AVOIDED: SYN cookies are the kernel's, refused SYNs dropped without a reset"
+		}
+		fmt.Fprintf(w, "  driver preflight: %s\n", tx)
+		for _, f := range p.Findings {
+			fmt.Fprintf(w, "    %s\n", f)
+		}
+	}
 	if h := st.HostAddrs; h != nil {
 		fmt.Fprintf(w, "  host addresses: %d listed", h.Listed)
 		if h.Incomplete {

@@ -35,6 +35,20 @@ type IfaceStatus struct {
 	Memory *MemoryStatus `json:"memory,omitempty"`
 	// HostAddrs is what the host-address map (xl_host_addrs) holds.
 	HostAddrs *HostAddrsStatus `json:"host_addrs,omitempty"`
+	// Preflight is what the driver's preflight decided when the running
+	// daemon attached (loader/preflight); nil without a daemon.
+	Preflight *PreflightStatus `json:"preflight,omitempty"`
+}
+
+// PreflightStatus is the driver's preflight of an interface
+// (docs/kernels.md, "Drivers: the preflight").
+type PreflightStatus struct {
+	// XDPTx: the program may send frames back (XDP_TX). False: it was
+	// loaded without, so SYN cookies are the kernel's and refused SYNs are
+	// dropped without a reset.
+	XDPTx    bool     `json:"xdp_tx"`
+	Native   bool     `json:"native"`   // native mode expected to attach
+	Findings []string `json:"findings"` // level: rule: what; to change: fix
 }
 
 // HostAddrsStatus is what an interface's xl_host_addrs holds: the host's

@@ -16,6 +16,9 @@ type Model struct {
 	// Tables.SourceSeed). SrcSets 0: the default table's.
 	SrcSets int
 	SrcSeed uint32
+	// NoXDPTx is the kernel's xl_cfg_no_tx (maps.Options.NoXDPTx): the
+	// program never answers from XDP.
+	NoXDPTx bool
 	sources srcTable
 	// srcCredits is the CPU's credit for the source it last admitted for
 	// each rule (struct xl_src_credit).
@@ -421,12 +424,12 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 	// `auto`: a SYN the bucket refused goes to the cookie path too,
 	// unless it has been there already (answer is then set).
 	if why == ReasonRule && answer == AnswerMax && m.cookieOverflow(r, slot, pkt, nowNS) {
-		answer = answerShadow
-		if r.Flags&RuleShadow == 0 {
-			answer = m.cookieTake(frame, pkt, slot, nowNS)
-		}
+		answer = m.cookieAsk(frame, r, slot, pkt, nowNS)
 		if !cookieFallback(answer) {
 			why = ReasonCookie
+			if answer == answerKernel {
+				v = VerdictPass
+			}
 		}
 	}
 	return v, why, reset, why == ReasonCookie && answer == AnswerOK
@@ -435,6 +438,23 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 // answerShadow is xlimit.c's XL_ANSWER_SHADOW: a shadow rule's SYN for the
 // cookie path, counted as a cookie, answered never.
 const answerShadow = AnswerMax + 1
+
+// answerKernel is xlimit.c's XL_ANSWER_KERNEL: a SYN for the cookie path
+// on an interface without XDP_TX (NoXDPTx), passed to the kernel, whose
+// own SYN cookies answer it.
+const answerKernel = AnswerMax + 2
+
+// cookieAsk is xlimit.c's xl_cookie_ask: the cookie path's class for a SYN
+// of rule r in slot.
+func (m *Model) cookieAsk(frame []byte, r *Rule, slot int, pkt *Packet, nowNS uint64) Answer {
+	switch {
+	case r.Flags&RuleShadow != 0:
+		return answerShadow
+	case m.NoXDPTx:
+		return answerKernel
+	}
+	return m.cookieTake(frame, pkt, slot, nowNS)
+}
 
 // applyRuleCookie is xl_apply_rule up to its last step: the cookie path
 // before the buckets, the gates and the buckets; and the cookie path's
@@ -455,11 +475,11 @@ func (m *Model) applyRuleCookie(frame []byte, r *Rule, slot int, pkt *Packet, ma
 	inc := b.Inc(cost)
 	answer := AnswerMax
 	if m.cookieFirst(r, slot, pkt, b, inc, nowNS) {
-		answer = answerShadow
-		if r.Flags&RuleShadow == 0 {
-			answer = m.cookieTake(frame, pkt, slot, nowNS)
-		}
+		answer = m.cookieAsk(frame, r, slot, pkt, nowNS)
 		if !cookieFallback(answer) {
+			if answer == answerKernel {
+				return VerdictPass, ReasonCookie, false, answer
+			}
 			return VerdictDrop, ReasonCookie, false, answer
 		}
 	}
@@ -499,7 +519,7 @@ func (m *Model) applyRuleBuckets(frame []byte, r *Rule, slot int, pkt *Packet, m
 			why = ReasonConcurrency
 		}
 		if why != ReasonRule {
-			if r.Flags&RuleShadow != 0 {
+			if r.Flags&RuleShadow != 0 || m.NoXDPTx {
 				return VerdictDrop, why, false
 			}
 			out := m.resetDecide(frame, pkt, slot, st, &b, inc, nowNS)
@@ -510,7 +530,7 @@ func (m *Model) applyRuleBuckets(frame []byte, r *Rule, slot int, pkt *Packet, m
 	// A SYN refused over the rate: answered with a reset under
 	// `refuse: reset` (refuse.h), through the gates' reset path.
 	refuse := func(why Reason) (Verdict, Reason, bool) {
-		if !pkt.SYN || r.Flags&RuleRefuseReset == 0 || r.Flags&RuleShadow != 0 {
+		if !pkt.SYN || r.Flags&RuleRefuseReset == 0 || r.Flags&RuleShadow != 0 || m.NoXDPTx {
 			return VerdictDrop, why, false
 		}
 		out := m.resetDecide(frame, pkt, slot, st, &b, inc, nowNS)

@@ -42,6 +42,9 @@ type Target struct {
 	// HostAddrs is the state of the interface's host-address map
 	// (xl_host_addrs); nil: not exported.
 	HostAddrs *HostAddrs
+	// XDPTx is whether the program on the interface may send frames back
+	// (the driver's preflight, loader/preflight); nil: not exported.
+	XDPTx *bool
 }
 
 // HostAddrs is what the daemon last wrote into an interface's
@@ -62,6 +65,7 @@ type Collector struct {
 	cookies                                          *prometheus.Desc
 	answers                                          *prometheus.Desc
 	hostListed, hostUnlisted, hostRefreshErrors      *prometheus.Desc
+	xdpTx                                            *prometheus.Desc
 	errors                                           prometheus.Counter
 	reloads                                          *prometheus.CounterVec
 
@@ -140,6 +144,9 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 		answers: prometheus.NewDesc("xlimit_answers_total",
 			"SYNs on a path that answers from XDP (path cookie: syn_cookies; reset: a refused SYN's reset), by the class of the answering policy: ok (answered, within the policy and the budget), shape, flags, src_mac, src_ip, dst_mac, dst_ip, src_own (not answered: docs/robustness.md), socket, budget. Reset path: only classes seen.",
 			[]string{"iface", "rule", "path", "class"}, nil),
+		xdpTx: prometheus.NewDesc("xlimit_xdp_tx",
+			"1 when the program on the interface may send frames back (XDP_TX: SYN cookies, resets); 0 when the driver's preflight avoided it there (a driver path known to crash, docs/kernels.md): SYN cookies are then the kernel's and refused SYNs are dropped without a reset.",
+			[]string{"iface"}, nil),
 		hostListed: prometheus.NewDesc("xlimit_host_addrs_listed",
 			"The host's addresses (the attached interface's MAC and the namespace's IPs) in xl_host_addrs, which the answering policy answers for (docs/dataplane.md).",
 			[]string{"iface"}, nil),
@@ -238,7 +245,7 @@ func (c *Collector) Reload(result string) {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.drops, c.rate, c.conns, c.inFlightCap, c.ifacePackets, c.cookies, c.answers,
-		c.hostListed, c.hostUnlisted, c.hostRefreshErrors} {
+		c.hostListed, c.hostUnlisted, c.hostRefreshErrors, c.xdpTx} {
 		ch <- d
 	}
 	ch <- c.latency
@@ -262,6 +269,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.fleet.collect(ch)
 	now := c.nowNS()
 	for _, t := range c.targets() {
+		if t.XDPTx != nil {
+			v := 0.0
+			if *t.XDPTx {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.xdpTx, prometheus.GaugeValue, v, t.Iface)
+		}
 		if h := t.HostAddrs; h != nil {
 			ch <- prometheus.MustNewConstMetric(c.hostListed, prometheus.GaugeValue, float64(h.Listed), t.Iface)
 			ch <- prometheus.MustNewConstMetric(c.hostUnlisted, prometheus.GaugeValue, float64(h.Unlisted), t.Iface)
