@@ -10,12 +10,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
@@ -186,5 +188,73 @@ func TestManyHostAddresses(t *testing.T) {
 				t.Errorf("want one warning of the unlisted host addresses in the log, got %d", strings.Count(d.Log(), "host addresses unlisted"))
 			}
 		})
+	}
+}
+
+// TestHostAddrAddedWhileDaemonStopped (issue 41 M1): the daemon is
+// killed (SIGKILL: no exit hook), then the server takes a new address (a
+// VIP failing over). The program keeps enforcing a `syn_cookies: always`
+// rule, but no daemon writes the address into xl_host_addrs: once the
+// daemon's lease on the map has run out, the SYNs that the map cannot
+// vouch for go to the rule's bucket and the kernel answers them, so
+// connections to the new address succeed (before: every SYN to it was
+// dropped as dst_ip, 0 of 10), and those to the old address still do.
+func TestHostAddrAddedWhileDaemonStopped(t *testing.T) {
+	e := newEnv(t)
+	e.clientXDPPass(t)
+	const port = 18443
+	rules := fmt.Sprintf(`rules:
+  - name: svc
+    protocol: tcp
+    ports: [%d]
+    syn_only: true
+    rate: 1000
+    burst: 100
+    syn_cookies: always
+`, port)
+	old, err := lab.ListenTCPEcho(e.lab.Server, netip.AddrPortFrom(e.lab.ServerIP4, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { old.Close() })
+	d := e.startDaemon(e.writeRules("rules.yaml", rules))
+	probe := func(what string, addr netip.Addr) lab.ProbeResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		r, err := lab.TCPProbe(ctx, e.lab.Client, netip.AddrPortFrom(addr, port), 10, 100*time.Millisecond, 3*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("e2e %s: %d of %d connections to %s succeeded (p99 %v); errors %v", what, r.Successes, r.Attempts, addr,
+			r.LatencyPercentile(0.99).Round(time.Microsecond), r.Errors)
+		return r
+	}
+	if r := probe("daemon running, the old address", e.lab.ServerIP4); r.Successes != 10 {
+		t.Fatalf("with the daemon running, %d of 10 connections succeeded", r.Successes)
+	}
+
+	if err := d.signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	added := e.lab.Subnet4.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next().Next() // .10
+	if out, err := e.lab.Server.Command(context.Background(), "ip", "addr", "add", added.String()+"/32", "dev", e.lab.ServerIf).CombinedOutput(); err != nil {
+		t.Fatalf("add %s: %v: %s", added, err, out)
+	}
+	srv, err := lab.ListenTCPEcho(e.lab.Server, netip.AddrPortFrom(added, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	// The killed daemon's last lease runs out at most
+	// dataplane.HostLeaseSeconds (5) after its last renewal.
+	time.Sleep(6 * time.Second)
+	toNew := probe("daemon killed, the address added since", added)
+	toOld := probe("daemon killed, the old address", e.lab.ServerIP4)
+	if toNew.Successes != 10 {
+		t.Errorf("daemon killed: %d of 10 connections to the address added since succeeded, want 10", toNew.Successes)
+	}
+	if toOld.Successes != 10 {
+		t.Errorf("daemon killed: %d of 10 connections to the old address succeeded, want 10", toOld.Successes)
 	}
 }
