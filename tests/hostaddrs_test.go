@@ -3,13 +3,16 @@
 package tests
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -212,11 +215,7 @@ func TestHostAddrAddedWhileDaemonStopped(t *testing.T) {
     burst: 100
     syn_cookies: always
 `, port)
-	old, err := lab.ListenTCPEcho(e.lab.Server, netip.AddrPortFrom(e.lab.ServerIP4, port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { old.Close() })
+	plainEcho(t, e.lab.Server, netip.AddrPortFrom(e.lab.ServerIP4, port))
 	d := e.startDaemon(e.writeRules("rules.yaml", rules))
 	probe := func(what string, addr netip.Addr) lab.ProbeResult {
 		t.Helper()
@@ -241,11 +240,7 @@ func TestHostAddrAddedWhileDaemonStopped(t *testing.T) {
 	if out, err := e.lab.Server.Command(context.Background(), "ip", "addr", "add", added.String()+"/32", "dev", e.lab.ServerIf).CombinedOutput(); err != nil {
 		t.Fatalf("add %s: %v: %s", added, err, out)
 	}
-	srv, err := lab.ListenTCPEcho(e.lab.Server, netip.AddrPortFrom(added, port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	plainEcho(t, e.lab.Server, netip.AddrPortFrom(added, port))
 	// The killed daemon's last lease runs out at most
 	// dataplane.HostLeaseSeconds (5) after its last renewal.
 	time.Sleep(6 * time.Second)
@@ -257,4 +252,44 @@ func TestHostAddrAddedWhileDaemonStopped(t *testing.T) {
 	if toOld.Successes != 10 {
 		t.Errorf("daemon killed: %d of 10 connections to the old address succeeded, want 10", toOld.Successes)
 	}
+}
+
+// plainEcho serves one echoed line per connection (what lab.TCPProbe
+// checks) on addr in ns, over a plain TCP listener: Go's default is MPTCP
+// where the kernel has it, and bpf_sk_assign_tcp_reqsk refuses MPTCP
+// listeners (docs/dataplane.md, "SYN cookies"). Closed when the test ends.
+func plainEcho(t *testing.T, ns *lab.NS, addr netip.AddrPort) {
+	t.Helper()
+	var l net.Listener
+	if err := ns.Do(func() error {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(false)
+		var err error
+		l, err = lc.Listen(context.Background(), "tcp", addr.String())
+		return err
+	}); err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				line, err := bufio.NewReader(c).ReadSlice('\n')
+				if err == nil {
+					_, _ = c.Write(line)
+				}
+			}()
+		}
+	}()
 }
