@@ -925,6 +925,13 @@ func (t *Tables) LeaseHostAddrs() error {
 	return nil
 }
 
+// HostAddrsMaintained reports whether host, as HostAddrs read it, carries
+// a lease that has not ended on the programs' clock: what the program
+// checks before it trusts the map (bpf/answer.h).
+func (t *Tables) HostAddrsMaintained(host dataplane.HostAddrs) bool {
+	return host.Maintained(t.now())
+}
+
 // ReleaseHostAddrs ends the daemon's lease on xl_host_addrs at once: a
 // daemon that exits no longer follows the host's addresses, and the
 // program leaves what it would answer by them to the kernel.
