@@ -109,7 +109,7 @@ func (h *hostAddrs) refreshAll(attach []*loader.Attachment, _ map[string]*datapl
 		case st.Unlisted > 0 && !hs.warned:
 			hs.warned = true
 			h.log.Warn("host addresses unlisted: the host has more than xl_host_addrs holds; those of the attached interfaces are listed first (docs/dataplane.md)",
-				"iface", a.Iface, "listed", st.Listed, "unlisted", st.Unlisted, "capacity", dataplane.HostAddrsMax)
+				"iface", a.Iface, "listed", st.Listed, "unlisted", st.Unlisted, "capacity", dataplane.HostAddrsMax-1)
 		case st.Unlisted == 0 && hs.warned && err == nil:
 			hs.warned = false
 			h.log.Info("host addresses: all listed again", "iface", a.Iface, "listed", st.Listed)

@@ -90,7 +90,8 @@ func (a *Attachment) refreshHostAddrs(prefer []int) HostAddrsState {
 	for _, p := range prefer {
 		first = append(first, uint32(p))
 	}
-	listed, unlisted := dataplane.SelectHostAddrs(h, dataplane.HostAddrsMax, first...)
+	// One entry stays free for the daemon's lease (dataplane.LeaseKey).
+	listed, unlisted := dataplane.SelectHostAddrs(h, dataplane.HostAddrsMax-1, first...)
 	st := HostAddrsState{Listed: len(listed), Unlisted: unlisted}
 	if listed.Incomplete() {
 		st.Listed-- // the mark is no address

@@ -845,7 +845,8 @@ func (t *Tables) HostAddrs() (dataplane.HostAddrs, error) {
 // The daemon's lease (dataplane.LeaseKey) is left as it is: LeaseHostAddrs
 // and ReleaseHostAddrs write it.
 func (t *Tables) SetHostAddrs(want dataplane.HostAddrs) error {
-	if capacity := int(t.hostAddrs.MaxEntries()); len(want) > capacity {
+	// One entry stays free for the daemon's lease (LeaseHostAddrs).
+	if capacity := int(t.hostAddrs.MaxEntries()) - 1; len(want) > capacity {
 		want, _ = dataplane.SelectHostAddrs(want, capacity)
 	}
 	have, err := t.HostAddrs()

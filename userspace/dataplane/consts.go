@@ -23,8 +23,8 @@ const (
 	// once (xl_frags, an LRU).
 	FragEntries = 8192
 	// HostAddrsMax is how many entries xl_host_addrs holds (addresses, the
-	// attached interface's MAC and, when not all fit, the HostIncomplete
-	// mark): bpf/types.h XL_HOST_ADDRS_MAX.
+	// attached interface's MAC, the daemon's lease and, when not all fit,
+	// the HostIncomplete mark): bpf/types.h XL_HOST_ADDRS_MAX.
 	HostAddrsMax = 65536
 	// BatchNS is how much time's worth of its rate a CPU's token cache
 	// borrows from a rule's shared bucket at once (bucket.h).
