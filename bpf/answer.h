@@ -30,9 +30,14 @@
  *            fe80::/10) are answered: they are on-link peers, and the
  *            answer goes back to the frame's unicast source MAC on the
  *            link it came from, as the kernel's own would;
- *   dst_mac  the Ethernet destination is the interface's MAC
- *            (xl_host_addrs, XL_HOST_MAC): a frame for another host (a
- *            promiscuous or bridged interface) is not ours to answer;
+ *   dst_mac  the map of the host's addresses is maintained (the
+ *            daemon's lease, XL_HOST_LEASE, has not ended: otherwise an
+ *            address added or removed since the daemon stopped is not in
+ *            it, and the class is dst_ip, unlisted: syncookie.h leaves
+ *            the SYN to the kernel), and the Ethernet destination is the
+ *            interface's MAC (xl_host_addrs, XL_HOST_MAC): a frame for
+ *            another host (a promiscuous or bridged interface) is not ours
+ *            to answer;
  *   dst_ip   the IP destination is one of the host's addresses
  *            (xl_host_addrs): no broadcast or multicast destination, no
  *            address the host does not hold;
@@ -50,6 +55,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
 #include "maps.h"
 #include "parse.h"
 #include "types.h"
@@ -140,14 +146,35 @@ static __always_inline int xl_answer_host(const struct xl_host_key *k)
 	return bpf_map_lookup_elem(&xl_host_addrs, k) != NULL;
 }
 
+/* Whether a daemon maintains xl_host_addrs: its lease (XL_HOST_LEASE)
+ * is there and has not ended. Only the daemon follows the host's
+ * addresses; the program enforces without it. A daemon stopped, crashed
+ * or crash-looping leaves a map that no longer says which addresses are
+ * the host's: an address added since would have every SYN of a
+ * `syn_cookies: always` port dropped unanswered, and a removed one would
+ * still be answered for. The clock is read inline: no call frame more on
+ * the reset and cookie paths' chains (docs/kernels.md). A global
+ * function: its key and the clock's value live in a frame of their own,
+ * no larger than the fake clock's, not in xl_cookie_take's, whose chain
+ * is at 6.1's bound of 512 bytes. */
+__noinline int xl_answer_maintained(void)
+{
+	struct xl_host_key k = {.kind = XL_HOST_LEASE};
+	struct xl_host_addr *v = bpf_map_lookup_elem(&xl_host_addrs, &k);
+	if (!v)
+		return 0;
+	return xl_clock_ns_inline() / 1000000000ULL < v->ifindex;
+}
+
 /* Whether xl_host_addrs lists only part of the host's addresses: it
  * holds the XL_HOST_INCOMPLETE mark (more addresses than it holds, or the
- * daemon could not read them). An unlisted destination is then not known
- * to be another host's, and an unlisted source not known to be foreign. */
+ * daemon could not read them), or no daemon maintains it
+ * (xl_answer_maintained). An unlisted destination is then not known to be
+ * another host's, and an unlisted source not known to be foreign. */
 static __always_inline int xl_answer_incomplete(void)
 {
 	struct xl_host_key k = {.kind = XL_HOST_INCOMPLETE};
-	return xl_answer_host(&k);
+	return xl_answer_host(&k) || !xl_answer_maintained();
 }
 
 /* The class of the SYN in ctx (pkt: its parse) under the policy at the top
@@ -157,6 +184,9 @@ static __always_inline int xl_answer_incomplete(void)
  * (docs/kernels.md). */
 static __always_inline __u32 xl_answer_class(struct xdp_md *ctx, const struct xl_pkt *pkt)
 {
+	/* Asked first, while little else is live: the call spills nothing
+	 * into the frame of xl_cookie_take (6.1's stack bound). */
+	int maintained = xl_answer_maintained();
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u32 l3 = pkt->l3_off;
@@ -198,6 +228,10 @@ static __always_inline __u32 xl_answer_class(struct xdp_md *ctx, const struct xl
 		if (xl_answer_martian6(src))
 			return XL_ANSWER_SRC_IP;
 	}
+	/* A map no daemon maintains says nothing of the destination: left to
+	 * the kernel (xl_answer_incomplete holds too). */
+	if (!maintained)
+		return XL_ANSWER_DST_IP;
 	k.kind = XL_HOST_MAC;
 	__builtin_memcpy(k.addr, eth->dst, 6);
 	if (!xl_answer_host(&k))

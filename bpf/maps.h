@@ -277,7 +277,9 @@ struct {
  * exact lookup answers "is this frame for us?"; not preallocated, so its
  * memory follows the addresses the host has. Read by the answering policy
  * (answer.h), which must answer only for the host's own addresses. Empty
- * until the daemon fills it: nothing is answered then. */
+ * until the daemon fills it: nothing is answered then. Trusted only while
+ * the daemon's lease (XL_HOST_LEASE) has not ended: a map that no daemon
+ * maintains leaves every SYN to the kernel (answer.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XL_HOST_ADDRS_MAX);

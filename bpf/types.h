@@ -36,6 +36,11 @@
  * many VIPs has tens of thousands; a hash without preallocation, so the
  * memory follows the entries in use (docs/dataplane.md). */
 #define XL_HOST_ADDRS_MAX 65536
+/* How far ahead of its clock the daemon's lease on xl_host_addrs ends
+ * (XL_HOST_LEASE), in seconds: a daemon killed without its exit hook
+ * (SIGKILL, a crash) stops vouching for the map this long after its last
+ * renewal. userspace/dataplane.HostLease. */
+#define XL_HOST_LEASE_S 5
 /* Rule name length, NUL included. */
 #define XL_NAME_LEN 32
 /* A CPU's token cache borrows at most this much time's worth of a rule's
@@ -120,6 +125,15 @@ enum xl_host_kind {
 	 * of the host: more than XL_HOST_ADDRS_MAX, or the daemon could not
 	 * read them. No frame's lookup has this kind. */
 	XL_HOST_INCOMPLETE = 0x10,
+	/* The daemon's lease on the map (addr all zero): its value's ifindex
+	 * holds the time, in whole seconds of the program's clock
+	 * (bpf_ktime_get_ns), until which the map is known to be kept up to
+	 * date. The daemon renews it every second (XL_HOST_LEASE_S ahead)
+	 * after a full write, and removes it when it exits; a crashed daemon's
+	 * lease runs out. Without a lease that has not ended the map is not
+	 * trusted: no destination is known to be the host's (answer.h). No
+	 * frame's lookup has this kind. */
+	XL_HOST_LEASE = 0x11,
 };
 
 /* xl_rule.flags */
@@ -507,7 +521,7 @@ struct xl_host_key {
 
 /* A host address (config, written by the daemon as addresses change). */
 struct xl_host_addr {
-	__u32 ifindex; /* the interface that holds it */
+	__u32 ifindex; /* the interface that holds it (XL_HOST_LEASE: the lease's end, s) */
 	__u32 _pad;
 };
 

@@ -22,8 +22,20 @@ import (
 // before the first packet; the daemon again on every netlink address or
 // link event (an MTU change is one), and every hostAddrsResync in case an
 // event was lost (netlink drops them when its socket buffer is full).
+//
+// Only the daemon follows the addresses, while the program enforces
+// without it: so the map carries the daemon's lease (maps.Tables.
+// LeaseHostAddrs, dataplane.HostLeaseSeconds ahead), written after each
+// refresh, renewed every hostAddrsRenew while the watch runs and removed
+// when it stops (the daemon exits). A daemon killed without its exit hook
+// stops renewing: the lease runs out within HostLeaseSeconds, and the
+// program leaves the SYNs it would have answered by the map to the kernel
+// (bpf/answer.h, docs/robustness.md).
 
-const hostAddrsResync = 30 * time.Second
+const (
+	hostAddrsResync = 30 * time.Second
+	hostAddrsRenew  = time.Second
+)
 
 // hostAddrs keeps the host's addresses in the kernel maps of the
 // attachments it is given, and what it knows of each interface's.
@@ -49,6 +61,8 @@ type hostAddrsState struct {
 	// change: an interface being deleted sends a burst of events, each
 	// refresh failing the same way until it is back.
 	lastErr, mssErr string
+	// leaseErr is the last renewal's error (renewAll).
+	leaseErr string
 }
 
 // refreshHostAddrs writes the host's addresses into the maps of every
@@ -95,7 +109,7 @@ func (h *hostAddrs) refreshAll(attach []*loader.Attachment, _ map[string]*datapl
 		case st.Unlisted > 0 && !hs.warned:
 			hs.warned = true
 			h.log.Warn("host addresses unlisted: the host has more than xl_host_addrs holds; those of the attached interfaces are listed first (docs/dataplane.md)",
-				"iface", a.Iface, "listed", st.Listed, "unlisted", st.Unlisted, "capacity", dataplane.HostAddrsMax)
+				"iface", a.Iface, "listed", st.Listed, "unlisted", st.Unlisted, "capacity", dataplane.HostAddrsMax-1)
 		case st.Unlisted == 0 && hs.warned && err == nil:
 			hs.warned = false
 			h.log.Info("host addresses: all listed again", "iface", a.Iface, "listed", st.Listed)
@@ -107,6 +121,38 @@ func (h *hostAddrs) refreshAll(attach []*loader.Attachment, _ map[string]*datapl
 			} else {
 				h.log.Info("SYN cookies' MSS written again", "iface", a.Iface)
 			}
+		}
+	}
+}
+
+// renewAll renews the lease on every attached interface's map (the map is
+// up to date: every change since the last refresh is an event not yet
+// handled, or one the next resync finds). A failure is logged once.
+func (h *hostAddrs) renewAll(attach []*loader.Attachment, _ map[string]*dataplane.Plan) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range attach {
+		hs := h.state[a.Iface]
+		if hs == nil {
+			continue // not refreshed yet: its refresh leases it
+		}
+		if err := a.Tables().LeaseHostAddrs(); logChange(&hs.leaseErr, err) {
+			if err != nil {
+				h.log.Warn("cannot renew the lease on the host addresses: within seconds the program leaves SYNs it would answer to the kernel", "iface", a.Iface, "err", err)
+			} else {
+				h.log.Info("host addresses: lease renewed again", "iface", a.Iface)
+			}
+		}
+	}
+}
+
+// releaseAll ends the lease on every attached interface's map: the daemon
+// stops following the addresses, the program at once stops trusting them.
+func (h *hostAddrs) releaseAll(attach []*loader.Attachment, _ map[string]*dataplane.Plan) {
+	for _, a := range attach {
+		if err := a.Tables().ReleaseHostAddrs(); err != nil {
+			h.log.Warn("cannot release the lease on the host addresses: it runs out on its own", "iface", a.Iface, "err", err,
+				"within", time.Duration(dataplane.HostLeaseSeconds)*time.Second)
 		}
 	}
 }
@@ -159,10 +205,15 @@ func (h *hostAddrs) watch(ctx context.Context) (stop func()) {
 		defer close(finished)
 		tick := time.NewTicker(hostAddrsResync)
 		defer tick.Stop()
+		renew := time.NewTicker(hostAddrsRenew)
+		defer renew.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-renew.C:
+				h.attached(h.renewAll)
+				continue
 			case _, ok := <-addrCh:
 				if !ok {
 					addrCh = nil
@@ -191,6 +242,7 @@ func (h *hostAddrs) watch(ctx context.Context) (stop func()) {
 		cancel()
 		close(done)
 		<-finished
+		h.attached(h.releaseAll)
 		// netlink closes its channels once it sees done; until then it
 		// must not block on a send nobody reads.
 		if aCh != nil {

@@ -58,8 +58,8 @@ func (k *kernelMeasures) InFlight(rule *xsignal.Rule) (int64, bool) {
 }
 
 // ResponseTime returns the rule's responses so far, summed over the
-// interfaces (each sees its own flows), and the median response time of
-// those since the previous call.
+// interfaces (each sees its own flows), and the response time of those
+// since the previous call (xsignal.TickResponseTime: the lower quartile).
 func (k *kernelMeasures) ResponseTime(rule *xsignal.Rule) (xsignal.ResponseReading, bool) {
 	var sum dataplane.RespHist
 	var slots strings.Builder
@@ -83,7 +83,7 @@ func (k *kernelMeasures) ResponseTime(rule *xsignal.Rule) (xsignal.ResponseReadi
 	r := xsignal.ResponseReading{Responses: sum.Count}
 	if seen && prev.slots == cur.slots {
 		if d, ok := sum.Sub(prev.hist); ok {
-			r.Latency = d.Quantile(0.5)
+			r.Latency = xsignal.TickResponseTime(&d) // robust to stalling clients
 		}
 	}
 	return r, true

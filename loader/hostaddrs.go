@@ -69,7 +69,10 @@ type HostAddrsState struct {
 // it before the program sees a packet; the daemon again whenever the
 // addresses change. An error (in the state's Err too) never removes or
 // stops anything: the program keeps enforcing, with the map as it was,
-// marked incomplete.
+// marked incomplete. Each refresh ends with the lease that the map is
+// maintained (maps.Tables.LeaseHostAddrs): dataplane.HostLeaseSeconds,
+// which a daemon renews every second; without it the program trusts the
+// map no more.
 func (a *Attachment) RefreshHostAddrs(prefer ...int) (HostAddrsState, error) {
 	st := a.refreshHostAddrs(prefer)
 	a.HostAddrs = st
@@ -81,19 +84,23 @@ func (a *Attachment) refreshHostAddrs(prefer []int) HostAddrsState {
 	if err != nil {
 		err = fmt.Errorf("host addresses of %s: %w", a.Iface, err)
 		return HostAddrsState{Listed: a.HostAddrs.Listed, Unlisted: a.HostAddrs.Unlisted,
-			Err: errors.Join(err, a.Tables().MarkHostAddrsIncomplete())}
+			Err: errors.Join(err, a.Tables().MarkHostAddrsIncomplete(), a.Tables().LeaseHostAddrs())}
 	}
 	first := []uint32{uint32(a.Ifindex)}
 	for _, p := range prefer {
 		first = append(first, uint32(p))
 	}
-	listed, unlisted := dataplane.SelectHostAddrs(h, dataplane.HostAddrsMax, first...)
+	// One entry stays free for the daemon's lease (dataplane.LeaseKey).
+	listed, unlisted := dataplane.SelectHostAddrs(h, dataplane.HostAddrsMax-1, first...)
 	st := HostAddrsState{Listed: len(listed), Unlisted: unlisted}
 	if listed.Incomplete() {
 		st.Listed-- // the mark is no address
 	}
 	if err := a.Tables().SetHostAddrs(listed); err != nil {
 		st.Err = fmt.Errorf("host addresses of %s: %w", a.Iface, err)
+	}
+	if err := a.Tables().LeaseHostAddrs(); err != nil {
+		st.Err = errors.Join(st.Err, fmt.Errorf("host addresses of %s: %w", a.Iface, err))
 	}
 	return st
 }

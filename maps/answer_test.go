@@ -216,3 +216,65 @@ func TestCookieUnlistedDestination(t *testing.T) {
 	}
 	h.checkCounters(t)
 }
+
+// TestHostAddrsUnmaintained (issue 41 M1): only the daemon follows the
+// host's addresses, while the program enforces without it. Once no daemon
+// maintains xl_host_addrs (stopped, crashed, crash-looping) and its lease
+// has run out, the map says nothing of the host's addresses: a SYN to a
+// `syn_cookies: always` port is neither dropped because its destination is
+// unlisted (an address added since: a VIP that failed over) nor answered
+// because it is listed (an address removed since); it goes to the rule's
+// bucket, as without cookies, and what the bucket admits reaches the
+// kernel, which answers it itself. Within the lease, and once a daemon
+// renews it, the map is trusted again. Kernel and model agree.
+func TestHostAddrsUnmaintained(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 2, Burst: 2, SynCookies: "always"},
+	}}, nil))
+	slot := h.slot(t, "web")
+	added := netip.MustParseAddr("192.0.2.77") // taken by the host after the daemon stopped
+	syn := func(i int, dst netip.Addr) []byte {
+		return frame.MustBuild(frame.Spec{Src: netip.AddrFrom4([4]byte{198, 51, 100, byte(i + 1)}), Dst: dst,
+			Proto: frame.ProtoTCP, SrcPort: 40000, DstPort: 80, TCPFlags: frame.TCPSyn})
+	}
+	run := func(what string, now uint64, in []byte, want uint32) {
+		t.Helper()
+		ret, _ := h.kernelRunOut(t, in, now, 1)
+		res := h.model.Eval(in, now)
+		if ret != want || modelRet(res) != want {
+			t.Errorf("%s: XDP return code %d, model %d, want %d", what, ret, modelRet(res), want)
+		}
+	}
+	start := uint64(1000 * second)
+	h.setHost(t, defaultHost())
+	run("daemon running, unlisted destination", start, syn(0, added), xdpDrop)
+	run("daemon running, listed destination", start, syn(1, netip.Addr{}), xdpTx)
+
+	h.daemonKilled(t) // at start: no exit hook, its last lease runs out on its own
+	within := start + 3*second
+	run("daemon gone 3 s, unlisted destination", within, syn(2, added), xdpDrop)
+	run("daemon gone 3 s, listed destination", within, syn(3, netip.Addr{}), xdpTx)
+	late := start + 60*second
+	run("daemon gone 60 s, listed destination (maybe removed): to the kernel", late, syn(4, netip.Addr{}), xdpPass)
+	run("daemon gone 60 s, unlisted destination (maybe added): to the kernel", late, syn(5, added), xdpPass)
+	run("daemon gone 60 s, unlisted destination, the bucket of 2 spent", late, syn(6, added), xdpDrop)
+
+	h.daemonGone = false // a daemon back: its full write, then its lease
+	h.setHost(t, defaultHost())
+	back := late + 10*second
+	run("daemon back, unlisted destination", back, syn(7, added), xdpDrop)
+	run("daemon back, listed destination", back, syn(8, netip.Addr{}), xdpTx)
+
+	// A daemon that exits releases its lease: trusted no more at once.
+	if err := h.tab.ReleaseHostAddrs(); err != nil {
+		t.Fatal(err)
+	}
+	delete(h.model.Host, dataplane.LeaseKey)
+	run("daemon exited, listed destination: to the kernel", back+second, syn(9, netip.Addr{}), xdpPass)
+
+	if a := h.answerCounters(t, slot); a != h.model.AnswerCounters[slot] {
+		t.Errorf("answer counters %+v, model %+v", a, h.model.AnswerCounters[slot])
+	}
+	h.checkCounters(t)
+}

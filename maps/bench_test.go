@@ -736,6 +736,7 @@ func cookieBench(b *testing.B, cookieRate float64, rules ...dataplane.RuleSpec) 
 	if err := o.Tables().SetHostAddrs(defaultHost()); err != nil {
 		b.Fatal(err)
 	}
+	keepLease(b, o.Tables())
 	return o, plan
 }
 

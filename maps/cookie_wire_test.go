@@ -96,6 +96,7 @@ func TestCookieAttributesOnTheWire(t *testing.T) {
 	if err := tab.SetHostAddrs(host); err != nil {
 		t.Fatal(err)
 	}
+	keepLease(t, tab)
 	plan, err := dataplane.Compile(&dataplane.Spec{Rules: []dataplane.RuleSpec{{
 		Name: "web", Protocol: "tcp", Ports: ports(port, port), SynOnly: true, Rate: 1000, Burst: 1000, SynCookies: "always",
 	}}}, nil)

@@ -4,12 +4,14 @@ package maps
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -38,6 +40,10 @@ type harness struct {
 	// thread bound to it (pinToOneCPU, or enter in a subtest):
 	// kernelRunOut refuses any other thread.
 	cpu, tid int
+	// daemonGone: no daemon renews the lease on xl_host_addrs
+	// (daemonKilled). Otherwise setHost gives it a lease that never ends
+	// in both, standing for a daemon that renews it every second.
+	daemonGone bool
 }
 
 // newHarness loads the program with the fake clock; it skips the test when
@@ -127,7 +133,58 @@ func (h *harness) setHost(tb testing.TB, addrs dataplane.HostAddrs) {
 	if err := h.tab.SetHostAddrs(addrs); err != nil {
 		tb.Fatal(err)
 	}
-	h.model.Host = addrs
+	h.model.Host = maps.Clone(addrs)
+	if !h.daemonGone {
+		h.renewLease(tb)
+	}
+}
+
+// keepLease renews tab's lease on xl_host_addrs now and every second until
+// the test ends, as a running daemon does: for tests on the real clock.
+func keepLease(tb testing.TB, tab *Tables) {
+	tb.Helper()
+	if err := tab.LeaseHostAddrs(); err != nil {
+		tb.Fatal(err)
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = tab.LeaseHostAddrs()
+			}
+		}
+	}()
+	tb.Cleanup(func() { close(done); <-stopped })
+}
+
+// renewLease gives xl_host_addrs a lease that never ends in both: a
+// daemon renewing it every second, whatever times a test jumps to.
+func (h *harness) renewLease(tb testing.TB) {
+	tb.Helper()
+	const forever = ^uint32(0)
+	kk := xdpXlHostKey{Kind: dataplane.HostLease}
+	if err := h.tab.hostAddrs.Update(&kk, &xdpXlHostAddr{Ifindex: forever}, ebpf.UpdateAny); err != nil {
+		tb.Fatal(err)
+	}
+	h.model.Host[dataplane.LeaseKey] = forever
+}
+
+// daemonKilled stands for a daemon killed without its exit hook at the
+// harness's clock: its last renewal (Tables.LeaseHostAddrs) is the lease
+// that runs out, in both.
+func (h *harness) daemonKilled(tb testing.TB) {
+	tb.Helper()
+	if err := h.tab.LeaseHostAddrs(); err != nil {
+		tb.Fatal(err)
+	}
+	h.model.Host[dataplane.LeaseKey] = dataplane.LeaseEnd(h.clock)
+	h.daemonGone = true
 }
 
 var nextCPU atomic.Int32

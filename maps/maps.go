@@ -853,8 +853,11 @@ func (t *Tables) HostAddrs() (dataplane.HostAddrs, error) {
 // removed and out only after everything is written; every entry is tried
 // whatever fails before it, and an entry that cannot be written leaves
 // the mark in: a failure never leaves the map claiming to be complete.
+// The daemon's lease (dataplane.LeaseKey) is left as it is: LeaseHostAddrs
+// and ReleaseHostAddrs write it.
 func (t *Tables) SetHostAddrs(want dataplane.HostAddrs) error {
-	if capacity := int(t.hostAddrs.MaxEntries()); len(want) > capacity {
+	// One entry stays free for the daemon's lease (LeaseHostAddrs).
+	if capacity := int(t.hostAddrs.MaxEntries()) - 1; len(want) > capacity {
 		want, _ = dataplane.SelectHostAddrs(want, capacity)
 	}
 	have, err := t.HostAddrs()
@@ -865,7 +868,7 @@ func (t *Tables) SetHostAddrs(want dataplane.HostAddrs) error {
 	// A full map takes the mark only once the addresses that go are out.
 	marked := have.Incomplete() || (want.Incomplete() && t.MarkHostAddrsIncomplete() == nil)
 	for k := range have {
-		if _, ok := want[k]; ok || k == dataplane.IncompleteKey {
+		if _, ok := want[k]; ok || k == dataplane.IncompleteKey || k == dataplane.LeaseKey {
 			continue
 		}
 		kk := xdpXlHostKey{Kind: k.Kind, Addr: k.Addr}
@@ -880,7 +883,7 @@ func (t *Tables) SetHostAddrs(want dataplane.HostAddrs) error {
 	}
 	failed := false
 	for k, ifindex := range want {
-		if old, ok := have[k]; (ok && old == ifindex) || k == dataplane.IncompleteKey {
+		if old, ok := have[k]; (ok && old == ifindex) || k == dataplane.IncompleteKey || k == dataplane.LeaseKey {
 			continue
 		}
 		kk := xdpXlHostKey{Kind: k.Kind, Addr: k.Addr}
@@ -917,6 +920,37 @@ func (t *Tables) MarkHostAddrsIncomplete() error {
 	kk := xdpXlHostKey{Kind: dataplane.HostIncomplete}
 	if err := t.hostAddrs.Update(&kk, &xdpXlHostAddr{}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("mark host addresses incomplete: %w", err)
+	}
+	return nil
+}
+
+// LeaseHostAddrs renews the daemon's lease on xl_host_addrs
+// (dataplane.LeaseKey): the program trusts the map until
+// dataplane.HostLeaseSeconds from now on the programs' clock (the fake
+// one under FakeClock). Only a daemon that keeps the map up to date
+// renews it, after a full write, and then every second.
+func (t *Tables) LeaseHostAddrs() error {
+	kk := xdpXlHostKey{Kind: dataplane.HostLease}
+	if err := t.hostAddrs.Update(&kk, &xdpXlHostAddr{Ifindex: dataplane.LeaseEnd(t.now())}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("renew the lease on the host addresses: %w", err)
+	}
+	return nil
+}
+
+// HostAddrsMaintained reports whether host, as HostAddrs read it, carries
+// a lease that has not ended on the programs' clock: what the program
+// checks before it trusts the map (bpf/answer.h).
+func (t *Tables) HostAddrsMaintained(host dataplane.HostAddrs) bool {
+	return host.Maintained(t.now())
+}
+
+// ReleaseHostAddrs ends the daemon's lease on xl_host_addrs at once: a
+// daemon that exits no longer follows the host's addresses, and the
+// program leaves what it would answer by them to the kernel.
+func (t *Tables) ReleaseHostAddrs() error {
+	kk := xdpXlHostKey{Kind: dataplane.HostLease}
+	if err := t.hostAddrs.Delete(&kk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("release the lease on the host addresses: %w", err)
 	}
 	return nil
 }

@@ -221,6 +221,7 @@ const (
 	xdpXlHostKindXL_HOST_IPV4       xdpXlHostKind = 4
 	xdpXlHostKindXL_HOST_IPV6       xdpXlHostKind = 6
 	xdpXlHostKindXL_HOST_INCOMPLETE xdpXlHostKind = 16
+	xdpXlHostKindXL_HOST_LEASE      xdpXlHostKind = 17
 )
 
 type xdpXlLimit struct {

@@ -208,6 +208,9 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 		if h.Incomplete {
 			fmt.Fprintf(w, " (incomplete: the host has more than the map holds or they could not be read; SYNs to the others are not answered from XDP; xlimit_host_addrs_unlisted)")
 		}
+		if h.Unmaintained {
+			fmt.Fprintf(w, " (not maintained: no daemon renews its lease; no SYN is answered from XDP, the kernel answers what the rules admit)")
+		}
 		fmt.Fprintln(w)
 	}
 	if len(st.Total.Reasons) > 0 {

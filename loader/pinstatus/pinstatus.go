@@ -122,9 +122,13 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 	}
 	st.Memory = toMemoryStatus(mem)
 	if host, err := t.HostAddrs(); err == nil {
-		st.HostAddrs = &api.HostAddrsStatus{Listed: len(host), Incomplete: host.Incomplete()}
+		st.HostAddrs = &api.HostAddrsStatus{Listed: len(host), Incomplete: host.Incomplete(),
+			Unmaintained: !t.HostAddrsMaintained(host)}
 		if host.Incomplete() {
 			st.HostAddrs.Listed-- // the mark is no address
+		}
+		if host.Has(dataplane.LeaseKey) {
+			st.HostAddrs.Listed-- // nor the lease
 		}
 	}
 	return st, nil

@@ -60,6 +60,10 @@ type HostAddrsStatus struct {
 	// than it holds, or the daemon could not read them); the daemon's
 	// xlimit_host_addrs_unlisted says how many are left out.
 	Incomplete bool `json:"incomplete"`
+	// Unmaintained: no daemon's lease on the map is running (the daemon
+	// is stopped or crashed): the program trusts none of it and leaves
+	// the SYNs it would answer by it to the kernel (docs/robustness.md).
+	Unmaintained bool `json:"unmaintained,omitempty"`
 }
 
 // RuleStatus is one rule of an interface.

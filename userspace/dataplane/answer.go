@@ -72,8 +72,8 @@ func Martian(a netip.Addr) bool {
 	return binary.BigEndian.Uint64(b[:8]) == 0 && (binary.BigEndian.Uint32(b[8:12]) == 0 || binary.BigEndian.Uint32(b[8:12]) == 0xffff)
 }
 
-// answerClass is the Go model of answer.h's xl_answer_class.
-func (m *Model) answerClass(frame []byte, pkt *Packet) Answer {
+// answerClass is the Go model of answer.h's xl_answer_class at nowNS.
+func (m *Model) answerClass(frame []byte, pkt *Packet, nowNS uint64) Answer {
 	l3 := pkt.L3Off
 	iplen := 40
 	if pkt.Family == 4 {
@@ -104,6 +104,10 @@ func (m *Model) answerClass(frame []byte, pkt *Packet) Answer {
 	}
 	if Martian(src) {
 		return AnswerSrcIP
+	}
+	// A map no daemon maintains says nothing of the destination.
+	if !m.Host.Maintained(nowNS) {
+		return AnswerDstIP
 	}
 	if !m.Host.Has(MACKey(net.HardwareAddr(frame[0:6]))) {
 		return AnswerDstMAC

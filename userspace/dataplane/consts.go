@@ -23,8 +23,8 @@ const (
 	// once (xl_frags, an LRU).
 	FragEntries = 8192
 	// HostAddrsMax is how many entries xl_host_addrs holds (addresses, the
-	// attached interface's MAC and, when not all fit, the HostIncomplete
-	// mark): bpf/types.h XL_HOST_ADDRS_MAX.
+	// attached interface's MAC, the daemon's lease and, when not all fit,
+	// the HostIncomplete mark): bpf/types.h XL_HOST_ADDRS_MAX.
 	HostAddrsMax = 65536
 	// BatchNS is how much time's worth of its rate a CPU's token cache
 	// borrows from a rule's shared bucket at once (bucket.h).
@@ -166,7 +166,18 @@ const (
 	// says xl_host_addrs does not list every address of the host: more
 	// than it holds, or the addresses could not be read (reset.go).
 	HostIncomplete uint32 = 0x10
+	// HostLease is the kind of the daemon's lease on the map (its address
+	// all zero, its value the lease's end in whole seconds of the
+	// program's clock): the map is trusted only until then (reset.go,
+	// HostAddrs.Maintained).
+	HostLease uint32 = 0x11
 )
+
+// HostLeaseSeconds is how far ahead of the clock a daemon's lease on
+// xl_host_addrs ends (bpf/types.h XL_HOST_LEASE_S): a daemon renews it
+// every second, so a daemon killed without its exit hook stops vouching
+// for the map at most this long after it died.
+const HostLeaseSeconds = 5
 
 // RuleDropReasons are the reasons for which a rule drops a packet (the
 // other drop reasons are decided before any rule: deny, malformed).

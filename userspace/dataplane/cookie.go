@@ -144,7 +144,7 @@ func (m *Model) cookieOverflow(r *Rule, slot int, pkt *Packet, nowNS uint64) boo
 // of a SYN that rule slot sends to the cookie path (AnswerOK: answered),
 // counted. The model has no sockets: AnswerSocket never happens here.
 func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) Answer {
-	class := m.answerClass(frame, pkt)
+	class := m.answerClass(frame, pkt, nowNS)
 	if class == AnswerOK {
 		b := m.Plan.Cookies.Budget
 		if b.Tol == 0 || !b.GCRA(&m.cookieBudgetTAT, nowNS, 1) {
@@ -169,7 +169,7 @@ func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) An
 	default:
 		cnt.Unanswerable++
 	}
-	if (class == AnswerDstMAC || class == AnswerDstIP) && m.Host.Incomplete() {
+	if (class == AnswerDstMAC || class == AnswerDstIP) && (m.Host.Incomplete() || !m.Host.Maintained(nowNS)) {
 		class |= answerUnlisted
 	}
 	return class

@@ -61,7 +61,7 @@ const (
 func (m *Model) resetDecide(frame []byte, pkt *Packet, slot int, st *bucketState, b *Bucket, inc, nowNS uint64) ResetOutcome {
 	class := AnswerFlags
 	if pkt.SYN {
-		class = m.answerClass(frame, pkt)
+		class = m.answerClass(frame, pkt, nowNS)
 	}
 	out := resetOutcome(class)
 	if out == ResetSent {
@@ -91,6 +91,25 @@ var IncompleteKey = HostKey{Kind: HostIncomplete}
 // Incomplete reports whether h carries the mark IncompleteKey.
 func (h HostAddrs) Incomplete() bool { return h.Has(IncompleteKey) }
 
+// LeaseKey is the key of the daemon's lease on xl_host_addrs (HostLease):
+// its value is the end of the lease, in whole seconds of the program's
+// clock. Only the daemon follows the host's addresses; once its lease has
+// ended (a daemon stopped, crashed, crash-looping), the map may miss
+// addresses the host took since and list some it gave up, so the
+// answering policy trusts it no more (answer.h, xl_answer_maintained).
+var LeaseKey = HostKey{Kind: HostLease}
+
+// Maintained is answer.h's xl_answer_maintained: whether h carries a
+// lease that has not ended at nowNS.
+func (h HostAddrs) Maintained(nowNS uint64) bool {
+	end, ok := h[LeaseKey]
+	return ok && nowNS/1e9 < uint64(end)
+}
+
+// LeaseEnd is the end of a lease taken at nowNS (seconds, as the lease
+// entry holds it): HostLeaseSeconds after the second nowNS is in.
+func LeaseEnd(nowNS uint64) uint32 { return uint32(nowNS/1e9) + HostLeaseSeconds }
+
 // SelectHostAddrs is what xl_host_addrs holds of the host's addresses all
 // (loader.HostAddrs: the attached interface's MAC and every IP of the
 // namespace, with the interface that holds it) when it has room for
@@ -105,6 +124,7 @@ func (h HostAddrs) Incomplete() bool { return h.Has(IncompleteKey) }
 func SelectHostAddrs(all HostAddrs, capacity int, first ...uint32) (listed HostAddrs, unlisted int) {
 	all = maps.Clone(all)
 	delete(all, IncompleteKey)
+	delete(all, LeaseKey)
 	if len(all) <= capacity {
 		return all, 0
 	}

@@ -77,6 +77,12 @@ func (p *Prober) run(ctx context.Context) {
 			DisableKeepAlives: true, // every probe a new connection, like a new client
 			Proxy:             nil,
 		},
+		// Never follow a redirect: the probe policy checks only the
+		// configured address, and a followed Location would let a rules
+		// document point every host's daemon at a third party through a
+		// local open redirect. A 3xx is the service's answer (status below
+		// 500: the probe succeeded).
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	defer client.CloseIdleConnections()
 	t := time.NewTicker(p.spec.Interval)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,5 +82,37 @@ func TestProberHTTP(t *testing.T) {
 	}
 	if _, fresh := p.Last(time.Now().Add(time.Second)); fresh {
 		t.Error("a result two intervals old is still fresh")
+	}
+}
+
+// TestProberHTTPNoRedirect: a probe never follows a redirect. The probe
+// policy checks only the configured address, so a followed redirect would
+// let a rules document (from the API or the fleet) point a probe at a
+// local open redirect and make every host's daemon fetch a third party's
+// URL. A 3xx is the probe's answer: the service answered, and that is all
+// the probe measures.
+func TestProberHTTPNoRedirect(t *testing.T) {
+	var fetched atomic.Int64
+	third := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetched.Add(1)
+		w.WriteHeader(http.StatusInternalServerError) // a followed redirect would also fail the probe
+	}))
+	defer third.Close()
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, third.URL+"/elsewhere", http.StatusFound)
+	}))
+	defer local.Close()
+	addr := strings.TrimPrefix(local.URL, "http://")
+	p, err := StartProber(config.Probe{Kind: config.ProbeHTTP, Address: addr, Path: "/go", Interval: 20 * time.Millisecond, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := waitProbe(t, p, func(r ProbeResult) bool { return r.Seq >= 3 })
+	if n := fetched.Load(); n != 0 {
+		t.Errorf("the probe followed the redirect: the third server was fetched %d times", n)
+	}
+	if !r.OK || r.ErrorRate != 0 {
+		t.Errorf("a 302 is the service's answer, a success: %+v", r)
 	}
 }

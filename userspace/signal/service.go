@@ -71,8 +71,9 @@ type ResponseReading struct {
 	// seen: the requests the service took and answered.
 	Responses uint64
 	// Latency is the response time of the responses counted since the
-	// previous reading (a median or mean of the histogram's increase);
-	// meaningless when no response was counted since.
+	// previous reading (TickResponseTime: the lower quartile of the
+	// histogram's increase); meaningless when no response was counted
+	// since.
 	Latency time.Duration
 }
 
