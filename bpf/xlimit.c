@@ -112,10 +112,15 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		answer = (r->flags & XL_RULE_SHADOW) ? XL_ANSWER_SHADOW
 						     : xl_cookie_take(ctx, pkt, key, now);
 		if (!xl_cookie_fallback(answer)) {
-			reason = XL_REASON_COOKIE;
+			reason = xl_cookie_reason(answer);
 			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
 			goto out;
 		}
+		/* Not answerable here: through the rule's share for such
+		 * SYNs first, so that they never empty the bucket validated
+		 * cookies are charged to (syncookie.h). */
+		if (!xl_cookie_share_take(slot, r->epoch, b->tol, inc, now))
+			goto out;
 	}
 
 	/* New connections meet the breaker's and the concurrency gates. A
@@ -163,7 +168,7 @@ out:
 		answer = (r->flags & XL_RULE_SHADOW) ? XL_ANSWER_SHADOW
 						     : xl_cookie_take(ctx, pkt, key, now);
 		if (!xl_cookie_fallback(answer)) {
-			reason = XL_REASON_COOKIE;
+			reason = xl_cookie_reason(answer);
 			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
 		}
 	}
