@@ -29,6 +29,7 @@ func TestCookieUnanswerableFloodE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a 12 s flood scenario")
 	}
+	var control time.Duration // the p99 through the control flood just before
 	for _, v := range []struct {
 		name       string
 		unanswered bool    // the floods, with the targets; else plain SYNs, the control
@@ -41,14 +42,24 @@ func TestCookieUnanswerableFloodE2E(t *testing.T) {
 		{"plain spoofed SYNs, 25x each (control)", false, 25 * cookieRate},
 		{"data offset 15 and IPv4 option SYNs, 25x each", true, 25 * cookieRate},
 	} {
-		t.Run(v.name, func(t *testing.T) { cookieFloodE2E(t, v.unanswered, v.rate) })
+		t.Run(v.name, func(t *testing.T) {
+			p99 := cookieFloodE2E(t, v.unanswered, v.rate, control)
+			if !v.unanswered {
+				control = p99
+			}
+		})
 	}
 }
 
 // cookieFloodE2E is one run of TestCookieUnanswerableFloodE2E: two flood
 // senders, of the unanswerable SYNs or (the control) of plain
-// SYNs, which the cookie path answers.
-func cookieFloodE2E(t *testing.T, unanswered bool, rate float64) {
+// SYNs, which the cookie path answers, at rate SYN/s per sender (0: the
+// generator's full speed). It returns the client's p99. The targets: at
+// least 10 × the rule's rate per sender, 99 % served, and a p99 of 50 ms;
+// at full speed, where the lab's 2 shared CPUs do not give a plain flood
+// (the control, whose p99 is control) that p99 either, one within 25 % of
+// the control's.
+func cookieFloodE2E(t *testing.T, unanswered bool, rate float64, control time.Duration) time.Duration {
 	const dur = 10 * time.Second
 	e := newEnv(t)
 	addr := netip.AddrPortFrom(e.lab.ServerIP4, cookiePort)
@@ -98,7 +109,7 @@ func cookieFloodE2E(t *testing.T, unanswered bool, rate float64) {
 		run.ok(), len(run.reqs), 100*run.okShare(), run.p(0.5), run.p(0.99), served, run.errs)
 	t.Logf("rule svc: pass %d drop %d reasons %v; syn_cookies %v", run.status.Pass, run.status.Drop, run.status.Reasons, run.status.Cookies)
 	if !unanswered {
-		return // the control: figures only
+		return run.p(0.99) // the control: figures only
 	}
 	for name, r := range map[string]lab.FloodResult{"data offset 15": fd, "IPv4 option": fo} {
 		if pps(r) < 10*cookieRate {
@@ -108,7 +119,12 @@ func cookieFloodE2E(t *testing.T, unanswered bool, rate float64) {
 	if got := run.okShare(); got < 0.99 {
 		t.Errorf("%s", fmt.Sprintf("%.2f %% of the client's connections served, want ≥ 99 %%", 100*got))
 	}
-	if p := run.p(0.99); p > 50*time.Millisecond {
-		t.Errorf("client p99 %v, want ≤ 50 ms", p)
+	want := 50 * time.Millisecond
+	if rate == 0 {
+		want = max(want, control*5/4)
 	}
+	if p := run.p(0.99); p > want {
+		t.Errorf("client p99 %v, want ≤ %v (50 ms; at full speed, or within 25 %% of the control's %v)", p, want, control)
+	}
+	return run.p(0.99)
 }
