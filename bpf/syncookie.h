@@ -40,10 +40,16 @@
  * (xl_cookie_take). A SYN refused by the policy's address or flag checks
  * is dropped unanswered: no host should answer it; but for one to a
  * destination the host-address map does not list when the map is
- * incomplete (XL_ANSWER_UNLISTED): it goes to the bucket. A SYN the program
- * cannot answer here (its shape, a socket of the host's, a spent budget)
- * goes to the rule's gates and bucket as it would without cookies: what
- * the rule admits reaches the kernel, which answers it itself. */
+ * incomplete (XL_ANSWER_UNLISTED): it goes to the bucket. A SYN whose TCP
+ * header runs past the frame or its IP packet (a data offset of 15 with 20
+ * bytes present) is dropped as malformed_l4: Linux would discard it
+ * (XL_ANSWER_DISCARD). Any other SYN the program cannot answer here (its
+ * shape, a socket of the host's, a spent budget) goes to the rule's gates
+ * and bucket as it would without cookies, but first through a share of its
+ * own, a quarter of the rule's rate and burst (xl_cookie_share_take): what
+ * the rule admits reaches the kernel, which answers it itself, and no flood
+ * of such SYNs takes more than that quarter of the bucket that validated
+ * cookies are charged to at TC (docs/dataplane.md, "SYN cookies"). */
 #ifndef XLIMIT_SYNCOOKIE_H
 #define XLIMIT_SYNCOOKIE_H
 
@@ -201,6 +207,29 @@ struct {
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_cookie_sock SEC(".maps");
+
+/* The share of a rule's rate and burst that the SYNs its cookie path
+ * cannot answer may take (xl_cookie_share_take): 2^-XL_COOKIE_SHARE_SHIFT. */
+#define XL_COOKIE_SHARE_SHIFT 2
+
+/* A rule's share for the SYNs XDP cannot answer. */
+struct xl_cookie_share {
+	__u64 tat; /* GCRA, in the units of the rule's bucket: a quarter of its rate */
+	__u32 epoch;
+	__u32 _pad;
+};
+
+/* State. Key: slot. Value: the rule's bucket for the SYNs its cookie path
+ * cannot answer (xl_cookie_share_take). Shared array: one bucket whichever
+ * CPU a SYN arrives on. A map of its own: pins of earlier releases keep
+ * the layout of xl_cookie_state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xl_cookie_share);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_share SEC(".maps");
 
 /* include/net/tcp_states.h */
 #define XL_TCP_LISTEN	    10
@@ -687,6 +716,41 @@ static __always_inline __u32 xl_cookie_budget(__u32 gen, __u64 *now)
 	return XL_ANSWER_OK;
 }
 
+/* The flag xl_cookie_take adds to a SHAPE class when the SYN's TCP header
+ * runs past the frame or past its IP packet's length: Linux discards such
+ * a segment (tcp_v4_rcv, tcp_v6_rcv: pskb_may_pull of doff * 4 fails), so
+ * it is dropped as malformed_l4, never given to the rule's bucket, where
+ * it would spend a token for nothing. Counted as SHAPE. */
+#define XL_ANSWER_DISCARD 0x20
+
+/* Whether the TCP header of the SYN in ctx (pkt: its parse) runs past the
+ * frame or past the end its IP header gives (IPv4's total length, IPv6's
+ * payload length; a jumbogram's 0 gives none). */
+static __always_inline int xl_cookie_discard(struct xdp_md *ctx, const struct xl_pkt *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = pkt->l3_off, l4 = pkt->l4_off;
+	if (l4 > 1024 || l4 < l3)
+		return 0;
+	struct xl_tcphdr *tcp = data + l4;
+	if ((void *)(tcp + 1) > end)
+		return 0;
+	__u32 want = l4 + (tcp->doff_res >> 4) * 4;
+	if (want > (__u32)(end - data))
+		return 1;
+	/* The IP header's length field, read with the helper: its offset
+	 * differs by family. */
+	__be16 len = 0;
+	__u32 v4 = pkt->family == 4;
+	if (bpf_xdp_load_bytes(ctx, l3 + (v4 ? 2 : 4), &len, sizeof(len)))
+		return 0;
+	__u32 n = bpf_ntohs(len);
+	if (!v4 && !n)
+		return 0;
+	return want > l3 + n + (v4 ? 0 : sizeof(struct xl_ipv6hdr));
+}
+
 /* Whether the SYN in ctx, which the rule of key (generation * 64 + slot)
  * sends to the cookie path, is answered with a cookie: the answering
  * policy (answer.h), no socket of the host's for its 4-tuple other than a
@@ -711,6 +775,8 @@ __noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u3
 	if (!class)
 		class = xl_cookie_budget(key / XL_MAX_RULES, now);
 	xl_cookie_count(key % XL_MAX_RULES, class);
+	if (class == XL_ANSWER_SHAPE && xl_cookie_discard(ctx, pkt))
+		class |= XL_ANSWER_DISCARD;
 	if ((class == XL_ANSWER_DST_MAC || class == XL_ANSWER_DST_IP) && xl_answer_incomplete())
 		class |= XL_ANSWER_UNLISTED;
 	return class;
@@ -730,6 +796,42 @@ static __always_inline int xl_cookie_fallback(__u32 class)
 {
 	return (class & XL_ANSWER_UNLISTED) || class == XL_ANSWER_SHAPE ||
 	       class == XL_ANSWER_SOCKET || class == XL_ANSWER_BUDGET;
+}
+
+/* The reason a SYN the cookie path keeps (not xl_cookie_fallback) is
+ * counted under: malformed_l4 for one the kernel would discard, else
+ * cookie. */
+static __always_inline __u32 xl_cookie_reason(__u32 class)
+{
+	return (class & XL_ANSWER_DISCARD) ? XL_REASON_MALFORMED_L4 : XL_REASON_COOKIE;
+}
+
+/* Takes a SYN of cost inc (in the units of the rule's bucket, tolerance
+ * tol) that rule slot's cookie path cannot answer (xl_cookie_fallback)
+ * from the rule's share for such SYNs: a quarter of its rate and of its
+ * burst (at least one SYN), in xl_cookie_share. Returns 1 when it fits
+ * (the SYN goes on to the rule's gates and bucket), 0 when the share is
+ * spent (dropped, reason rule). So the SYNs that XDP cannot answer take at
+ * most rate/4 * t + burst/4 of the rule's bucket, and the ACKs of
+ * validated cookies, charged to that bucket at TC, always find at least
+ * three quarters of it (docs/dataplane.md, "SYN cookies"). The share
+ * starts full when the rule (its epoch) is new. A global function:
+ * verified once. */
+__noinline int xl_cookie_share_take(__u32 slot, __u32 epoch, __u64 tol, __u64 inc, __u64 *now)
+{
+	if (!now || slot >= XL_MAX_RULES)
+		return 1;
+	struct xl_cookie_share *s = bpf_map_lookup_elem(&xl_cookie_share, &slot);
+	if (!s)
+		return 1;
+	__u64 t = xl_time(now) << XL_TIME_SHIFT;
+	if (s->epoch != epoch) {
+		s->tat = t;
+		s->epoch = epoch;
+	}
+	__u64 need = inc << XL_COOKIE_SHARE_SHIFT;
+	__u64 retry_u;
+	return xl_gcra_take(&s->tat, tol > need ? tol : need, t, need, need, &retry_u) != 0;
 }
 
 /* Rewrites the SYN in ctx, which the rule of key (generation * 64 + slot)

@@ -134,12 +134,20 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 	if (xl_cookie_first(r, slot, pkt, b, inc, now)) {
 		answer = xl_cookie_ask(ctx, pkt, key, now, r);
 		if (!xl_cookie_fallback(answer)) {
-			reason = XL_REASON_COOKIE;
+			reason = xl_cookie_reason(answer);
 			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
 			if (answer == XL_ANSWER_KERNEL)
 				verdict = XL_VERDICT_PASS;
 			goto out;
 		}
+		/* Not answerable here: through the rule's share for such
+		 * SYNs first, so that they never empty the bucket validated
+		 * cookies are charged to (syncookie.h). Not while no daemon
+		 * maintains xl_host_addrs: XDP then answers nothing, no
+		 * validated cookie is to be protected, and the whole bucket
+		 * is the kernel's (answer.h, xl_answer_maintained). */
+		if (xl_answer_maintained() && !xl_cookie_share_take(slot, r->epoch, b->tol, inc, now))
+			goto out;
 	}
 
 	/* New connections meet the breaker's and the concurrency gates. A
@@ -186,7 +194,7 @@ out:
 	    xl_cookie_overflow(r, slot, pkt, now)) {
 		answer = xl_cookie_ask(ctx, pkt, key, now, r);
 		if (!xl_cookie_fallback(answer)) {
-			reason = XL_REASON_COOKIE;
+			reason = xl_cookie_reason(answer);
 			cookie = answer == XL_ANSWER_OK ? XL_APPLY_COOKIE : 0;
 			if (answer == XL_ANSWER_KERNEL)
 				verdict = XL_VERDICT_PASS;

@@ -56,6 +56,9 @@ func Translate(cfg *config.Config) *Specs {
 	if sc := cfg.SynCookies; sc != nil {
 		s.Dataplane.CookieRate = sc.AnswerRate
 	}
+	if rs := cfg.Resets; rs != nil {
+		s.Dataplane.ResetRate, s.Dataplane.ResetBurst = rs.Rate, rs.Burst
+	}
 	if sys := cfg.System; sys != nil {
 		s.System = &control.SystemParams{CPUHigh: sys.CPUHigh}
 		s.PressureHigh = sys.PressureHigh

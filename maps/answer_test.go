@@ -137,14 +137,15 @@ func modelRet(r dataplane.Result) uint32 {
 }
 
 // TestCookieBudgetFallback: with the budget of cookie answers spent, a SYN
-// goes to the rule's own bucket: passed while it has room (counted
-// over_budget, answer class budget), dropped with reason rule once it is
-// empty; kernel and model in step. Before (cd7296b) every SYN over the
-// budget was dropped, the rule's bucket full and unused.
+// goes to the rule's own bucket through the rule's share for SYNs XDP
+// cannot answer (a quarter of its burst, here 2): passed while it has room
+// (counted over_budget, answer class budget), dropped with reason rule
+// once it is empty; kernel and model in step. Before (cd7296b) every SYN
+// over the budget was dropped, the rule's bucket full and unused.
 func TestCookieBudgetFallback(t *testing.T) {
 	h := newHarness(t)
 	h.apply(t, compile(t, &dataplane.Spec{CookieRate: 1, Rules: []dataplane.RuleSpec{
-		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 2, Burst: 2, SynCookies: "always"},
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 8, Burst: 8, SynCookies: "always"},
 	}}, nil))
 	slot := h.slot(t, "web")
 	now := uint64(1000 * second)
@@ -159,7 +160,7 @@ func TestCookieBudgetFallback(t *testing.T) {
 	}
 	c := h.slotCounters(t, slot)
 	if c.Reasons[dataplane.ReasonCookie] != 1 || c.Reasons[dataplane.ReasonAdmit] != 2 || c.Reasons[dataplane.ReasonRule] != 1 {
-		t.Errorf("rule counters %s, want 1 cookie, 2 admitted by the bucket, 1 dropped by it", fmtCounters(c))
+		t.Errorf("rule counters %s, want 1 cookie, 2 admitted by the bucket, 1 dropped by the share", fmtCounters(c))
 	}
 	if k := h.cookieCounters(t, slot); k.Sent != 1 || k.OverBudget != 3 {
 		t.Errorf("cookie counters %+v, want 1 sent and 3 over the budget", k)
@@ -176,12 +177,13 @@ func TestCookieBudgetFallback(t *testing.T) {
 // rule's bucket, as without cookies, when the map carries the mark that it
 // is incomplete (a host with more addresses than it holds, or whose
 // addresses could not be read): the destination may be one of the host's
-// that did not fit. Listed destinations are answered either way. Kernel
-// and model agree.
+// that did not fit (through the rule's share for SYNs XDP cannot answer:
+// a quarter of its burst of 8). Listed destinations are answered either
+// way. Kernel and model agree.
 func TestCookieUnlistedDestination(t *testing.T) {
 	h := newHarness(t)
 	h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
-		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 2, Burst: 2, SynCookies: "always"},
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 8, Burst: 8, SynCookies: "always"},
 	}}, nil))
 	slot := h.slot(t, "web")
 	unlisted := netip.MustParseAddr("192.0.2.77")
@@ -207,7 +209,7 @@ func TestCookieUnlistedDestination(t *testing.T) {
 	incomplete[dataplane.IncompleteKey] = 0
 	h.setHost(t, incomplete)
 	for i, want := range []uint32{xdpPass, xdpPass, xdpDrop} {
-		run(fmt.Sprintf("incomplete map, unlisted destination, SYN %d of a bucket of 2", i), syn(2+i, unlisted), want)
+		run(fmt.Sprintf("incomplete map, unlisted destination, SYN %d of a share of 2", i), syn(2+i, unlisted), want)
 	}
 	run("incomplete map, listed destination", syn(9, netip.Addr{}), xdpTx)
 

@@ -225,7 +225,7 @@ func PinnedNames() []string {
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSrcTable, xdpMapXlSrcExts, xdpMapXlConns, xdpMapXlSkConns,
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits, xdpMapXlSrcFilter,
-		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock,
+		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock, xdpMapXlCookieShare,
 		xdpMapXlCookieLink, xdpMapXlAnswerStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,
 	}

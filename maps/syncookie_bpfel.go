@@ -89,6 +89,13 @@ type syncookieXlCookieLink struct {
 	Mss6   uint16
 }
 
+type syncookieXlCookieShare struct {
+	_     structs.HostLayout
+	Tat   uint64
+	Epoch uint32
+	Pad   uint32
+}
+
 type syncookieXlCookieState struct {
 	_       structs.HostLayout
 	SynTat  uint64
@@ -370,6 +377,7 @@ const (
 	syncookieMapXlConns         = "xl_conns"
 	syncookieMapXlCookieCfg     = "xl_cookie_cfg"
 	syncookieMapXlCookieLink    = "xl_cookie_link"
+	syncookieMapXlCookieShare   = "xl_cookie_share"
 	syncookieMapXlCookieSock    = "xl_cookie_sock"
 	syncookieMapXlCookieState   = "xl_cookie_state"
 	syncookieMapXlCookieStats   = "xl_cookie_stats"
@@ -459,6 +467,7 @@ type syncookieMapSpecs struct {
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
+	XlCookieShare *ebpf.MapSpec `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
@@ -524,6 +533,7 @@ type syncookieMaps struct {
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
+	XlCookieShare *ebpf.Map `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
@@ -561,6 +571,7 @@ func (m *syncookieMaps) Close() error {
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieLink,
+		m.XlCookieShare,
 		m.XlCookieSock,
 		m.XlCookieState,
 		m.XlCookieStats,

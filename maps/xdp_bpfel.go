@@ -107,6 +107,13 @@ type xdpXlCookieLink struct {
 	Mss6   uint16
 }
 
+type xdpXlCookieShare struct {
+	_     structs.HostLayout
+	Tat   uint64
+	Epoch uint32
+	Pad   uint32
+}
+
 type xdpXlCookieState struct {
 	_       structs.HostLayout
 	SynTat  uint64
@@ -467,6 +474,7 @@ const (
 	xdpMapXlConns           = "xl_conns"
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
 	xdpMapXlCookieLink      = "xl_cookie_link"
+	xdpMapXlCookieShare     = "xl_cookie_share"
 	xdpMapXlCookieSock      = "xl_cookie_sock"
 	xdpMapXlCookieState     = "xl_cookie_state"
 	xdpMapXlCookieStats     = "xl_cookie_stats"
@@ -572,6 +580,7 @@ type xdpMapSpecs struct {
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
+	XlCookieShare *ebpf.MapSpec `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
@@ -651,6 +660,7 @@ type xdpMaps struct {
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
+	XlCookieShare *ebpf.Map `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
@@ -688,6 +698,7 @@ func (m *xdpMaps) Close() error {
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieLink,
+		m.XlCookieShare,
 		m.XlCookieSock,
 		m.XlCookieState,
 		m.XlCookieStats,

@@ -203,6 +203,9 @@ type Config struct {
 	// SynCookies are the host-wide settings of SYN cookies (syncookies.go);
 	// nil when absent (the defaults).
 	SynCookies *SynCookies
+	// Resets is the host's budget of TCP resets (resets.go); nil when
+	// absent (the defaults).
+	Resets *Resets
 	// Management is what no rule may throttle (management.go); nil when
 	// absent.
 	Management *Management

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table_size", "rules", "system", "management", "syn_cookies"}
+var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table_size", "rules", "system", "management", "syn_cookies", "resets"}
 
 // Parse decodes and validates a rules file. file names the file in error
 // messages. On failure it returns a nil *Config and the errors.Join of
@@ -165,6 +165,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 
 	c.Management = p.management(m)
 	p.synCookies(m, c) // syncookies.go
+	p.resets(m, c)     // resets.go
 
 	items, at, _ := p.list(m, "rules")
 	names := map[string]int{}

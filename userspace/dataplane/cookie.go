@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -169,6 +170,9 @@ func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) An
 	default:
 		cnt.Unanswerable++
 	}
+	if class == AnswerShape && cookieDiscard(frame, pkt) {
+		class |= answerDiscard
+	}
 	if (class == AnswerDstMAC || class == AnswerDstIP) && (m.Host.Incomplete() || !m.Host.Maintained(nowNS)) {
 		class |= answerUnlisted
 	}
@@ -180,6 +184,74 @@ func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) An
 // not list (it may be the host's): counted as its class, it goes on to
 // the rule's bucket.
 const answerUnlisted Answer = 0x80
+
+// answerDiscard is syncookie.h's XL_ANSWER_DISCARD: the flag cookieTake
+// adds to a SYN of class shape whose TCP header runs past the frame or its
+// IP packet: Linux would discard it, so it is dropped as malformed_l4.
+const answerDiscard Answer = 0x20
+
+// cookieDiscard is syncookie.h's xl_cookie_discard: whether the TCP header
+// (its data offset) runs past the frame, or past the end the IP header
+// gives (IPv4's total length, IPv6's payload length unless 0).
+func cookieDiscard(frame []byte, pkt *Packet) bool {
+	l3, l4 := pkt.L3Off, pkt.L4Off
+	if l4 > 1024 || l4 < l3 || len(frame) < l4+20 {
+		return false
+	}
+	want := l4 + int(frame[l4+12]>>4)*4
+	if want > len(frame) {
+		return true
+	}
+	ipend := 0
+	if pkt.Family == 4 {
+		if len(frame) < l3+20 {
+			return false
+		}
+		ipend = l3 + int(binary.BigEndian.Uint16(frame[l3+2:]))
+	} else {
+		if len(frame) < l3+40 {
+			return false
+		}
+		if plen := int(binary.BigEndian.Uint16(frame[l3+4:])); plen != 0 {
+			ipend = l3 + 40 + plen
+		}
+	}
+	return ipend != 0 && want > ipend
+}
+
+// cookieReason is syncookie.h's xl_cookie_reason: the reason of a SYN the
+// cookie path keeps.
+func cookieReason(a Answer) Reason {
+	if a&answerDiscard != 0 {
+		return ReasonMalformedL4
+	}
+	return ReasonCookie
+}
+
+// CookieShareShift is syncookie.h's XL_COOKIE_SHARE_SHIFT: the SYNs a
+// rule's cookie path cannot answer take at most 2^-CookieShareShift of the
+// rule's rate and burst.
+const CookieShareShift = 2
+
+// cookieShare mirrors struct xl_cookie_share.
+type cookieShare struct {
+	tat   uint64
+	epoch uint32
+}
+
+// cookieShareTake is syncookie.h's xl_cookie_share_take: a SYN of cost inc
+// that rule slot's cookie path cannot answer, taken from the rule's share
+// for such SYNs (tolerance b.Tol, at least one SYN).
+func (m *Model) cookieShareTake(r *Rule, slot int, b Bucket, inc, nowNS uint64) bool {
+	s := &m.cookieShares[slot]
+	if s.epoch != r.Epoch {
+		*s = cookieShare{tat: nowNS << TimeShift, epoch: r.Epoch}
+	}
+	need := inc << CookieShareShift
+	sb := Bucket{Tol: max(b.Tol, need)}
+	took, _ := sb.Take(&s.tat, nowNS, need, need)
+	return took != 0
+}
 
 // cookieFallback is syncookie.h's xl_cookie_fallback: whether a SYN of
 // class goes on to the rule's gates and bucket.

@@ -36,6 +36,7 @@ type Model struct {
 	resetTAT       uint64 // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
+	cookieShares    [MaxRules]cookieShare
 	cookieBudgetTAT uint64
 	// CookieCounters are the rules' cookie counters (xl_cookie_stats).
 	CookieCounters [MaxRules]CookieCounters
@@ -426,7 +427,7 @@ func (m *Model) applyRule(frame []byte, r *Rule, slot int, pkt *Packet, mask, no
 	if why == ReasonRule && answer == AnswerMax && m.cookieOverflow(r, slot, pkt, nowNS) {
 		answer = m.cookieAsk(frame, r, slot, pkt, nowNS)
 		if !cookieFallback(answer) {
-			why = ReasonCookie
+			why = cookieReason(answer)
 			if answer == answerKernel {
 				v = VerdictPass
 			}
@@ -480,7 +481,20 @@ func (m *Model) applyRuleCookie(frame []byte, r *Rule, slot int, pkt *Packet, ma
 			if answer == answerKernel {
 				return VerdictPass, ReasonCookie, false, answer
 			}
-			return VerdictDrop, ReasonCookie, false, answer
+			return VerdictDrop, cookieReason(answer), false, answer
+		}
+		// Not answerable at XDP: through the rule's share for such SYNs
+		// first; refused there as by the rate (xlimit.c's out: a reset
+		// under `refuse: reset`). Not while no daemon maintains the host
+		// addresses: XDP answers nothing then, and the bucket is the
+		// kernel's whole.
+		if m.Host.Maintained(nowNS) && !m.cookieShareTake(r, slot, b, inc, nowNS) {
+			if r.Flags&RuleRefuseReset == 0 || m.NoXDPTx {
+				return VerdictDrop, ReasonRule, false, answer
+			}
+			out := m.resetDecide(frame, pkt, slot, st, &b, inc, nowNS)
+			m.Counters[slot].Resets[out]++
+			return VerdictDrop, ReasonRule, out == ResetSent, answer
 		}
 	}
 	v, why, reset := m.applyRuleBuckets(frame, r, slot, pkt, mask, nowNS, st, b, lim, c, fresh, inc)

@@ -130,6 +130,11 @@ type answerFrame struct {
 	frame func(port uint16) []byte
 }
 
+// discardName is the answering case whose TCP header runs past the frame:
+// of class shape, but dropped as malformed_l4 by the cookie path, since
+// Linux would discard it.
+const discardName = "TCP data offset 15 past the frame"
+
 // AnswerCases returns every answering case for host h, on both paths.
 func AnswerCases(h AnswerHost) []AnswerCase {
 	mac := func(s string) net.HardwareAddr { m, _ := net.ParseMAC(s); return m }
@@ -166,7 +171,7 @@ func AnswerCases(h AnswerHost) []AnswerCase {
 		{"in two VLAN tags", ok, syn(v4, func(s *frame.Spec) { s.VLANs = frame.Tags(frame.EtherType8021AD, frame.EtherType8021Q) })},
 		{"IPv4 options", shape, syn(v4, func(s *frame.Spec) { s.IPv4OptionWords = 1 })},
 		{"IPv6 hop-by-hop header", shape, syn(v6, func(s *frame.Spec) { s.IPv6Ext = []uint8{0} })},
-		{"TCP data offset 15 past the frame", shape, func(port uint16) []byte {
+		{discardName, shape, func(port uint16) []byte {
 			b := syn(v4, nil)(port)
 			b[14+20+12] = 0xf0 // 60 bytes, of which 40 are there
 			return b
@@ -212,6 +217,12 @@ func AnswerCases(h AnswerHost) []AnswerCase {
 			}
 			c := AnswerCase{Name: f.name, Spec: "answer", Path: path, Frame: f.frame(port), Class: f.class, SrcPort: sport}
 			c.Ret, c.Reason, c.Reset = answerOutcome(path, f.class)
+			if f.name == discardName && path == PathCookie {
+				// Linux would discard it: dropped as malformed, never
+				// given to the rule's bucket (syncookie.h,
+				// XL_ANSWER_DISCARD).
+				c.Ret, c.Reason = XDPDrop, dataplane.ReasonMalformedL4
+			}
 			cs = append(cs, c)
 		}
 		// The budget of answers, spent by one answer at the same instant.
@@ -286,7 +297,11 @@ func AnswerVerdict(path string, class dataplane.Answer) string {
 	case ret == XDPTx:
 		return "answered: RST (XDP_TX)"
 	case ret == XDPPass:
-		return "not answered: the rule's gates and bucket decide, as without cookies (here admitted: XDP_PASS, `admit`)"
+		v := "not answered: the rule's share for such SYNs (a quarter of its rate and burst), then its gates and bucket decide, as without cookies (here admitted: XDP_PASS, `admit`)"
+		if class == dataplane.AnswerShape {
+			v += "; a TCP header past the frame or its IP packet is dropped (`malformed_l4`): Linux would discard it"
+		}
+		return v
 	case path == PathReset:
 		return "dropped unanswered (the refusal's reason)"
 	}

@@ -32,9 +32,17 @@ type FloodSpec struct {
 	SrcPort        uint16 // 0 means 40000
 	PayloadLen     int
 	VLANs          []frame.VLAN // optional VLAN tags, outermost first
-	Rate           float64      // packets per second; 0 sends as fast as possible
-	Duration       time.Duration
-	Count          int // packets to attempt; Flood ends at Duration or Count, whichever comes first
+	// IPv4OptionWords adds that many words of IPv4 NOP options (an IPv4
+	// flood only; frame.Spec's).
+	IPv4OptionWords int
+	// TCPDataOffset, when not 0, is written as the SYN's TCP data offset
+	// (the header built stays 20 bytes): 15 makes a SYN whose header runs
+	// past the frame, which Linux discards before its checksum is
+	// checked (the checksum stays the one of the header as built).
+	TCPDataOffset uint8
+	Rate          float64 // packets per second; 0 sends as fast as possible
+	Duration      time.Duration
+	Count         int // packets to attempt; Flood ends at Duration or Count, whichever comes first
 	// MaxBurst limits catching up after the sender fell behind (a stall of
 	// the process): at most this many overdue packets are sent back to back,
 	// the rest of the backlog is skipped (FloodResult.Skipped) and counts

@@ -32,7 +32,8 @@ func floodFrame(s FloodSpec) ([]byte, frame.Layout, error) {
 		SrcMAC: s.SrcMAC, DstMAC: s.DstMAC, VLANs: s.VLANs,
 		Src: src, Dst: dst, DontFragment: true,
 		SrcPort: s.SrcPort, DstPort: s.DstPort, PayloadLen: s.PayloadLen,
-		Literal: true,
+		IPv4OptionWords: s.IPv4OptionWords,
+		Literal:         true,
 	}
 	switch s.Proto {
 	case "", ProtoUDP:
@@ -42,5 +43,12 @@ func floodFrame(s FloodSpec) ([]byte, frame.Layout, error) {
 	default:
 		return nil, frame.Layout{}, fmt.Errorf("build frame: unknown protocol %q", s.Proto)
 	}
-	return frame.BuildLayout(spec)
+	b, lay, err := frame.BuildLayout(spec)
+	if err == nil && s.TCPDataOffset != 0 {
+		if s.Proto != ProtoTCPSYN || s.TCPDataOffset > 15 {
+			return nil, frame.Layout{}, fmt.Errorf("build frame: TCP data offset %d: a SYN's, 0-15", s.TCPDataOffset)
+		}
+		b[lay.L4+12] = s.TCPDataOffset<<4 | b[lay.L4+12]&0x0f
+	}
+	return b, lay, err
 }
