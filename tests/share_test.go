@@ -13,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+
+	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/tests/kit/xdpcount"
 )
@@ -21,6 +26,81 @@ import (
 // dispatcher (issue 43): Debian's xdp-tools (xdp-loader) loads the test kit's
 // counting program, xlimit runs beside it, in either order; both see the
 // traffic, xlimit's limit holds, and removing either leaves the other.
+
+// requireFreplace skips where the kernel refuses freplace programs: there
+// libxdp's dispatcher cannot run (xdp-loader falls back to attaching its
+// program alone, and xlimit says why it cannot join; see
+// TestForeignProgramNamed).
+func requireFreplace(t *testing.T) {
+	t.Helper()
+	requireRoot(t)
+	if err := loader.FreplaceSupported(); err != nil {
+		t.Skipf("SKIP, not a pass: this kernel refuses freplace programs, which libxdp's dispatcher needs: %v", err)
+	}
+}
+
+// TestForeignProgramNamed: a program attached without libxdp's dispatcher
+// (as `ip link set dev IFACE xdp obj ...` does) holds the interface. xlimit
+// run, whatever --xdp-share says, refuses with an error that names the
+// program (its id and name) and the choices, and leaves it attached.
+func TestForeignProgramNamed(t *testing.T) {
+	e := newEnv(t)
+	var id uint32
+	err := e.lab.Server.Do(func() error {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "other_xdp", Type: ebpf.XDP, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+		})
+		if err != nil {
+			return err
+		}
+		defer prog.Close() // the interface holds it
+		l, err := netlink.LinkByName(e.lab.ServerIf)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetXdpFdWithFlags(l, prog.FD(), 1<<2 /* XDP_FLAGS_DRV_MODE */); err != nil {
+			return err
+		}
+		info, err := prog.Info()
+		if err != nil {
+			return err
+		}
+		pid, _ := info.ID()
+		id = uint32(pid)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("attach the other program: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = e.lab.Server.Do(func() error {
+			l, err := netlink.LinkByName(e.lab.ServerIf)
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetXdpFdWithFlags(l, -1, 1<<2)
+		})
+	})
+	rules := e.writeRules("rules.yaml", limitRules())
+	for _, share := range []string{"auto", "always", "never"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := e.lab.Server.Command(ctx, xlimitBin, "run", "--config", rules, "--iface", e.lab.ServerIf, "--bpffs", e.bpffs,
+			"--state-dir", e.stateDir, "--metrics-addr", "", "--api-socket", "", "--xdp-share", share).CombinedOutput()
+		cancel()
+		t.Logf("e2e foreign program, --xdp-share %s: exit %v: %s", share, err, strings.TrimSpace(string(out)))
+		if err == nil {
+			t.Errorf("--xdp-share %s: xlimit run succeeded with another program on the interface", share)
+		}
+		want := fmt.Sprintf("already runs XDP program %d (other_xdp)", id)
+		if !strings.Contains(string(out), want) || !strings.Contains(string(out), "xdp-loader") {
+			t.Errorf("--xdp-share %s: the error does not say %q and the choices", share, want)
+		}
+		if got := e.serverXDP(); got != id {
+			t.Fatalf("--xdp-share %s: the other program (id %d) was replaced or removed: now %d", share, id, got)
+		}
+	}
+}
 
 // sharer is the counting program loaded by xdp-loader on the server's veth.
 type sharer struct {
@@ -167,6 +247,7 @@ func (r shareRun) check(t *testing.T, what string) {
 // same interface (the default --xdp-share auto joins libxdp's dispatcher).
 // Both run; xdp-loader removing its program leaves xlimit enforcing.
 func TestShareLoaderFirst(t *testing.T) {
+	requireFreplace(t)
 	e := newEnv(t)
 	udp, _ := e.services(false)
 	s := e.loadSharer()
@@ -199,6 +280,7 @@ func TestShareLoaderFirst(t *testing.T) {
 // (--xdp-share always), then xdp-loader adds a program beside it. Both run;
 // `xlimit detach` leaves the other program attached and running.
 func TestShareXlimitFirst(t *testing.T) {
+	requireFreplace(t)
 	e := newEnv(t)
 	udp, _ := e.services(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
