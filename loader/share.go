@@ -95,6 +95,7 @@ type component struct {
 	chain  uint32 // 1<<action for each verdict that runs the next slot, with DispatcherRetval's bit
 	flags  uint32 // BPF_F_XDP_HAS_FRAGS or 0
 	xlimit bool
+	added  bool // the one a shareTx adds (its program is commit's argument)
 }
 
 // onIface is the XDP program on an interface, and if it is a dispatcher,
@@ -229,9 +230,16 @@ type shareTx struct {
 	disp    *ebpf.Program
 }
 
-// beginShare plans the dispatcher of ifindex with xlimit in it (with) or
-// without it, and loads that dispatcher.
-func beginShare(bpffs string, ifindex int, mode Mode, with bool) (_ *shareTx, err error) {
+// xlimitComponent is xlimit's slot: at SharePriority, chaining on XDP_PASS.
+func xlimitComponent() *component {
+	return &component{name: xlimitProgName, prio: SharePriority, chain: 1<<xdpPass | 1<<maps.DispatcherRetval, xlimit: true}
+}
+
+// beginShare plans the dispatcher of ifindex with add in a new slot
+// (xlimitComponent, which replaces xlimit's slot if there is one, to join
+// or upgrade; nil to take xlimit's slot out), and loads that dispatcher;
+// tx.slot is add's slot.
+func beginShare(bpffs string, ifindex int, mode Mode, add *component) (_ *shareTx, err error) {
 	tx := &shareTx{bpffs: bpffs, ifindex: ifindex, mode: mode, slot: -1}
 	defer func() {
 		if err != nil {
@@ -251,12 +259,14 @@ func beginShare(bpffs string, ifindex int, mode Mode, with bool) (_ *shareTx, er
 		tx.mode = tx.on.mode
 	}
 	for _, c := range tx.on.comps {
-		if !c.xlimit {
+		if !c.xlimit || (add != nil && !add.xlimit) {
 			tx.comps = append(tx.comps, c)
 		}
 	}
-	if with {
-		tx.comps = append(tx.comps, component{name: xlimitProgName, prio: SharePriority, chain: 1<<xdpPass | 1<<maps.DispatcherRetval, xlimit: true})
+	if add != nil {
+		a := *add
+		a.added = true
+		tx.comps = append(tx.comps, a)
 	}
 	if len(tx.comps) > maps.DispatcherSlots {
 		return nil, fmt.Errorf("the dispatcher on interface %d has no free slot (%d programs)", ifindex, maps.DispatcherSlots)
@@ -267,7 +277,7 @@ func beginShare(bpffs string, ifindex int, mode Mode, with bool) (_ *shareTx, er
 	var conf maps.DispatcherConfig
 	tx.comps, conf = planSlots(tx.comps)
 	for i, c := range tx.comps {
-		if c.xlimit {
+		if c.added {
 			tx.slot = i
 		}
 	}
@@ -282,7 +292,7 @@ func (tx *shareTx) extension() *maps.Extension {
 	return &maps.Extension{Target: tx.disp, Func: fmt.Sprintf("prog%d", tx.slot)}
 }
 
-// commit links each component to the new dispatcher (xl in xlimit's
+// commit links each component to the new dispatcher (xl in the added
 // slot), pins them, and swaps the new dispatcher for the old one on the
 // interface, or removes the old one when no component is left. It returns
 // xlimit's link to the dispatcher.
@@ -318,7 +328,7 @@ func (tx *shareTx) commit(xl *ebpf.Program) (_ link.Link, err error) {
 	var mine link.Link
 	for i, c := range tx.comps {
 		p := c.prog
-		if c.xlimit {
+		if c.added {
 			p = xl
 		}
 		l, err := link.AttachFreplace(tx.disp, fmt.Sprintf("prog%d", i), p)
@@ -332,7 +342,7 @@ func (tx *shareTx) commit(xl *ebpf.Program) (_ link.Link, err error) {
 		if err := pinProgram(p, filepath.Join(dir, fmt.Sprintf("prog%d-prog", i))); err != nil {
 			return nil, err
 		}
-		if c.xlimit {
+		if c.added {
 			mine = l
 		}
 	}
@@ -354,7 +364,7 @@ func (tx *shareTx) commit(xl *ebpf.Program) (_ link.Link, err error) {
 		return nil, fmt.Errorf("attach the dispatcher to interface %d: %w", tx.ifindex, err)
 	}
 	tx.removeOld()
-	// The returned link is xlimit's own handle; the others close here.
+	// The returned link is the added program's handle; the others close here.
 	for i, l := range links {
 		if l == mine {
 			links = append(links[:i], links[i+1:]...)
@@ -453,7 +463,7 @@ func startShare(iface string, ifindex int, dir string, opts Options) (*shareTx, 
 	defer on.close()
 	switch {
 	case on.isDispatcher && opts.Share != ShareNever, on.prog == nil && opts.Share == ShareAlways:
-		tx, err := beginShare(opts.BPFFS, ifindex, opts.Mode, true)
+		tx, err := beginShare(opts.BPFFS, ifindex, opts.Mode, xlimitComponent())
 		if errors.Is(err, errForeign) {
 			return nil, fmt.Errorf("%s: %w", iface, err)
 		}
@@ -489,7 +499,7 @@ func leaveDispatcher(bpffs, iface string) error {
 	if !in {
 		return nil
 	}
-	tx, err := beginShare(bpffs, nl.Attrs().Index, "", false)
+	tx, err := beginShare(bpffs, nl.Attrs().Index, "", nil)
 	if err != nil {
 		return fmt.Errorf("leave the dispatcher on %s: %w", iface, err)
 	}

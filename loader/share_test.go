@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xlimit/xlimit/maps"
@@ -77,5 +79,153 @@ func TestParseShare(t *testing.T) {
 	}
 	if _, err := ParseShare("yes"); err == nil {
 		t.Errorf("ParseShare(yes) accepted")
+	}
+}
+
+// TestShareSwap: on a veth, xlimit attaches through a dispatcher of its own
+// (ShareAlways); another program joins as libxdp would (a slot at priority
+// 50, added by the same protocol); a frame run through the dispatcher
+// passes xlimit and reaches the other program; xlimit's upgrade (a second
+// Attach) keeps the other program's slot and program; Detach leaves the
+// other program alone on a dispatcher of its own.
+func TestShareSwap(t *testing.T) {
+	l, bpffs := setup(t)
+	if err := FreplaceSupported(); err != nil {
+		t.Skipf("this kernel refuses freplace programs, which sharing needs (libxdp falls back to one program alone here too): %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Server.Do(func() error { return setXDP(l.ServerIndex, -1, 0, nil) })
+	})
+	attach := func() *Attachment {
+		t.Helper()
+		var a *Attachment
+		err := l.Server.Do(func() error {
+			var err error
+			a, err = Attach(l.ServerIf, Options{BPFFS: bpffs, Share: ShareAlways})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	inspect := func() LinkState {
+		t.Helper()
+		var st LinkState
+		if err := l.Server.Do(func() error {
+			var err error
+			st, err = Inspect(bpffs, l.ServerIf)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	a := attach()
+	if !a.Shared {
+		t.Fatalf("ShareAlways: not attached through a dispatcher")
+	}
+	a.Close()
+	st := inspect()
+	if !st.Attached || len(st.Shared) != 1 || !st.Shared[0].Xlimit {
+		t.Fatalf("after the attach: %+v", st)
+	}
+
+	// The other program: counts frames, as tests/kit/xdpcount does.
+	counter, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counter.Close()
+	var other *ebpf.Program
+	err = l.Server.Do(func() error {
+		tx, err := beginShare(bpffs, l.ServerIndex, "", &component{name: "other", prio: 50, chain: 1 << xdpPass})
+		if err != nil {
+			return err
+		}
+		defer tx.close()
+		if other, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "other", Type: ebpf.Extension, License: "GPL", AttachTarget: tx.disp, AttachTo: tx.extension().Func,
+			Instructions: asm.Instructions{
+				asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+				asm.LoadMapPtr(asm.R1, counter.FD()),
+				asm.Mov.Reg(asm.R2, asm.RFP),
+				asm.Add.Imm(asm.R2, -4),
+				asm.FnMapLookupElem.Call(),
+				asm.JEq.Imm(asm.R0, 0, "out"),
+				asm.Mov.Imm(asm.R1, 1),
+				asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+				asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("out"),
+				asm.Return(),
+			},
+		}); err != nil {
+			return err
+		}
+		l, err := tx.commit(other)
+		if l != nil {
+			l.Close()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("add the other program: %v", err)
+	}
+	defer other.Close()
+	otherInfo, _ := other.Info()
+	otherID, _ := otherInfo.ID()
+	st = inspect()
+	t.Logf("dispatcher %d: %+v", st.Dispatcher, st.Shared)
+	if len(st.Shared) != 2 || !st.Shared[0].Xlimit || st.Shared[1].ID != uint32(otherID) {
+		t.Fatalf("after the other joined: want xlimit then other (id %d): %+v", otherID, st.Shared)
+	}
+	run := func() uint64 {
+		t.Helper()
+		disp, err := ebpf.NewProgramFromID(ebpf.ProgramID(st.Dispatcher))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer disp.Close()
+		f := make([]byte, 64) // no rule matches: xlimit passes it
+		ret, err := disp.Run(&ebpf.RunOptions{Data: f})
+		if err != nil || ret != xdpPass {
+			t.Fatalf("run the dispatcher: %d, %v", ret, err)
+		}
+		var n uint64
+		if err := counter.Lookup(uint32(0), &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := run(); n != 1 {
+		t.Errorf("the other program counted %d frames, want 1 (xlimit passed it on)", n)
+	}
+
+	// Upgrade: xlimit's slot is replaced, the other's kept.
+	before := st
+	a = attach()
+	a.Close()
+	st = inspect()
+	if len(st.Shared) != 2 || st.Shared[1].ID != uint32(otherID) || st.Dispatcher == before.Dispatcher || st.ProgramID == before.ProgramID {
+		t.Fatalf("after the upgrade: %+v (before %+v)", st, before)
+	}
+	if n := run(); n != 2 {
+		t.Errorf("after the upgrade the other program counted %d frames, want 2", n)
+	}
+
+	// Detach: the other stays, alone in a new dispatcher.
+	if err := l.Server.Do(func() error { return Detach(bpffs, l.ServerIf) }); err != nil {
+		t.Fatal(err)
+	}
+	var on *onIface
+	if err := l.Server.Do(func() error {
+		var err error
+		on, err = readIface(bpffs, l.ServerIndex)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer on.close()
+	if !on.isDispatcher || len(on.comps) != 1 || on.comps[0].id != otherID {
+		t.Fatalf("after xlimit's detach: want the other program alone in a dispatcher, got %+v", on.shared())
 	}
 }
