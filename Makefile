@@ -35,7 +35,7 @@ help: ## Show this help.
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
 	netsniff-ng nftables iptables ethtool bpftool make git ca-certificates systemd vagrant \
 	qemu-system-x86 busybox-static redis-server \
-	prometheus mmdebstrap systemd-container lintian
+	prometheus mmdebstrap systemd-container lintian xdp-tools
 
 .PHONY: deps
 deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
