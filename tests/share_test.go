@@ -13,13 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/vishvananda/netlink"
-
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/tests/kit/xdpcount"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 )
 
 // Sharing the interface with another XDP program through libxdp's
@@ -46,41 +43,19 @@ func requireFreplace(t *testing.T) {
 func TestForeignProgramNamed(t *testing.T) {
 	e := newEnv(t)
 	var id uint32
+	var remove func() error
 	err := e.lab.Server.Do(func() error {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name: "other_xdp", Type: ebpf.XDP, License: "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
-		})
-		if err != nil {
-			return err
-		}
-		defer prog.Close() // the interface holds it
-		l, err := netlink.LinkByName(e.lab.ServerIf)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetXdpFdWithFlags(l, prog.FD(), 1<<2 /* XDP_FLAGS_DRV_MODE */); err != nil {
-			return err
-		}
-		info, err := prog.Info()
-		if err != nil {
-			return err
-		}
-		pid, _ := info.ID()
-		id = uint32(pid)
-		return nil
+		var err error
+		id, remove, err = xdppass.AttachNetlink(e.lab.ServerIf, "other_xdp")
+		return err
 	})
 	if err != nil {
 		t.Fatalf("attach the other program: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = e.lab.Server.Do(func() error {
-			l, err := netlink.LinkByName(e.lab.ServerIf)
-			if err != nil {
-				return err
-			}
-			return netlink.LinkSetXdpFdWithFlags(l, -1, 1<<2)
-		})
+		if err := e.lab.Server.Do(remove); err != nil {
+			t.Errorf("cleanup: remove the other program: %v", err)
+		}
 	})
 	rules := e.writeRules("rules.yaml", limitRules())
 	for _, share := range []string{"auto", "always", "never"} {
