@@ -284,3 +284,53 @@ func TestShareXlimitFirst(t *testing.T) {
 		t.Errorf("after xlimit detach: sent %d, received %d, xdpcount saw %d: want everything through and counted", res.Sent, udp.Count(), seen)
 	}
 }
+
+// TestShareUpgradeUnderFlood: with xdp-loader's program beside it, xlimit
+// is restarted (a new daemon replaces its slot: a new dispatcher swapped
+// in) during a flood. No second admits more than 1.05 x the limit, and the
+// other program is the same one, still counting.
+func TestShareUpgradeUnderFlood(t *testing.T) {
+	requireFreplace(t)
+	e := newEnv(t)
+	udp, _ := e.services(false)
+	s := e.loadSharer()
+	rules := e.writeRules("rules.yaml", limitRules())
+	d := e.startDaemon(rules)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// Let the burst go first: the seconds measured are at the limit.
+	e.flood(ctx, false, 20000, 2*time.Second)()
+	udp.Reset()
+	c0 := s.count()
+	start := time.Now()
+	wait := e.flood(ctx, false, 20000, 8*time.Second)
+	time.Sleep(3 * time.Second)
+	if err := d.signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	e.startDaemon(rules)
+	upgraded := time.Since(start)
+	res := wait()
+	udp.Settle(200*time.Millisecond, 2*time.Second)
+	worst := 0.0
+	for i := 0; i < 7; i++ {
+		t0 := start.Add(time.Duration(i) * time.Second)
+		r := rateBetween(udp, t0, t0.Add(time.Second))
+		worst = max(worst, r)
+	}
+	seen := s.count() - c0
+	t.Logf("e2e share upgrade under flood: offered %.0f pkt/s; the new daemon was enforcing %v into the flood; the worst second admitted %.0f pkt/s (limit %d); xdpcount saw %d, the socket received %d",
+		res.PPS(), upgraded.Round(time.Millisecond), worst, limitPPS, seen, udp.Count())
+	if res.PPS() < 5*limitPPS {
+		t.Fatalf("the flood reached only %.0f pkt/s: not a flood", res.PPS())
+	}
+	if worst > 1.05*limitPPS {
+		t.Errorf("a second admitted %.0f pkt/s across the upgrade, want at most 1.05 x %d", worst, limitPPS)
+	}
+	if s.programID() != s.id {
+		t.Errorf("the other program changed across xlimit's upgrade (id %q, was %s)", s.programID(), s.id)
+	}
+	if seen < uint64(udp.Count()) {
+		t.Errorf("xdpcount saw %d frames, fewer than the %d xlimit passed to the socket", seen, udp.Count())
+	}
+}
