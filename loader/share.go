@@ -483,6 +483,9 @@ var errForeign = errors.New("a program other than libxdp's dispatcher is attache
 // it is in one: the other programs stay, in a new dispatcher swapped in,
 // or the dispatcher goes when xlimit was its only program.
 func leaveDispatcher(bpffs, iface string) error {
+	if _, err := os.Stat(filepath.Join(PinDir(bpffs, iface), linkPin)); err == nil {
+		return nil // attached alone, through its pinned link
+	}
 	nl, err := netlink.LinkByName(iface)
 	if err != nil {
 		return nil // the interface is gone, and its XDP with it
