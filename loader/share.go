@@ -10,7 +10,6 @@ import (
 	"sort"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -548,11 +547,11 @@ func inspectShared(bpffs, iface string) (LinkState, error) {
 	return st, nil
 }
 
-// FreplaceSupported loads a one-slot dispatcher and an freplace program
-// that passes every frame into its slot, and says why not if the kernel
-// refuses: libxdp's dispatcher needs freplace (BPF trampolines), which some
-// kernels and hypervisors do not allow (EPERM) while plain XDP works.
-// libxdp itself then falls back to attaching one program alone.
+// FreplaceSupported loads a one-slot dispatcher and xlimit's program as
+// an freplace program for its slot (no pins), and says why not if the
+// kernel refuses: libxdp's dispatcher needs freplace (BPF trampolines),
+// which some kernels and hypervisors do not allow (EPERM) while plain XDP
+// works. libxdp itself then falls back to attaching one program alone.
 func FreplaceSupported() error {
 	var conf maps.DispatcherConfig
 	conf.NumProgsEnabled = 1
@@ -562,16 +561,11 @@ func FreplaceSupported() error {
 		return err
 	}
 	defer disp.Close()
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "xlimit_probe", Type: ebpf.Extension, License: "GPL",
-		AttachTarget: disp, AttachTo: "prog0",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()},
-	})
+	o, err := maps.Load(maps.Options{Extend: &maps.Extension{Target: disp, Func: "prog0"}})
 	if err != nil {
-		return fmt.Errorf("load an freplace program into a dispatcher slot: %w", err)
+		return fmt.Errorf("load xlimit's program into a dispatcher slot: %w", err)
 	}
-	p.Close()
-	return nil
+	return o.Close()
 }
 
 // planSlots orders comps as libxdp does (by priority, then by name) and

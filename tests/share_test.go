@@ -4,6 +4,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/tests/kit/lab"
@@ -31,8 +34,10 @@ import (
 func requireFreplace(t *testing.T) {
 	t.Helper()
 	requireRoot(t)
-	if err := loader.FreplaceSupported(); err != nil {
+	if err := loader.FreplaceSupported(); errors.Is(err, unix.EPERM) {
 		t.Skipf("SKIP, not a pass: this kernel refuses freplace programs, which libxdp's dispatcher needs: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
 	}
 }
 

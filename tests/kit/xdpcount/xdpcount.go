@@ -28,6 +28,12 @@ func WriteObject(dir string) (string, error) {
 	return p, nil
 }
 
+// Spec is the program's collection spec (program "xdpcount", map
+// MapName), for tests that load it themselves.
+func Spec() (*ebpf.CollectionSpec, error) {
+	return loadXdpcount()
+}
+
 // Count is the number of frames the program has seen, from the counter
 // pinned in pinDir.
 func Count(pinDir string) (uint64, error) {
