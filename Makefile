@@ -35,7 +35,7 @@ help: ## Show this help.
 DEB_PACKAGES := clang-19 llvm-19 clang-format-19 libbpf-dev iproute2 util-linux \
 	netsniff-ng nftables iptables ethtool bpftool make git ca-certificates systemd vagrant \
 	qemu-system-x86 busybox-static redis-server \
-	prometheus mmdebstrap systemd-container lintian
+	prometheus mmdebstrap systemd-container lintian xdp-tools
 
 .PHONY: deps
 deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
@@ -54,7 +54,7 @@ generate: ## Compile bpf/ into maps/ and bench/gen/xlgen.c into bench/gen/ with 
 	$(GO) generate ./
 
 # Where bpf2go writes: every file there must be what `go generate ./` makes.
-GENERATED := maps/ bench/gen/
+GENERATED := maps/ bench/gen/ tests/kit/xdpcount/
 
 .PHONY: check-generated
 check-generated: ## Regenerate the BPF objects and fail if they differ from the committed ones.
@@ -77,7 +77,7 @@ build-test: ## Build bin/xlimit-faults, the test build with fault injection and 
 .PHONY: fmt
 fmt: ## Format Go and C.
 	gofmt -w $$(git ls-files '*.go')
-	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bench/gen/*.c
+	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bench/gen/*.c tests/kit/xdpcount/*.c
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck, clang-format.
@@ -87,7 +87,7 @@ lint: ## gofmt, go vet, staticcheck, clang-format.
 	$(GO) tool staticcheck ./...
 	$(GO) tool staticcheck -tags xlimit_faults,xlimit_demo ./cmd/...
 	@$(MAKE) --no-print-directory check-imports
-	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c
+	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/gen/*.c tests/kit/xdpcount/*.c
 
 # Only the kernel-facing packages (and the bench's traffic generator and
 # the tests' kit, with its XDP pass program) may speak to the kernel's BPF

@@ -269,7 +269,7 @@ func (d *daemon) newLinks(ifaces []string, start *prepared) *links {
 	}
 	return &links{
 		log: d.log, ifaces: ifaces,
-		opts:        loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, SourceTableSize: sources},
+		opts:        loader.Options{BPFFS: d.opts.BPFFS, Mode: d.opts.Mode, Share: d.opts.Share, SourceTableSize: sources},
 		attachments: d.kernel.edit,
 		fill:        func(iface string) func(*maps.Tables) error { return d.rules.fill(iface, d.rules.specs) },
 		back: func(iface string) {

@@ -71,7 +71,7 @@ func (l *links) attachAll(fill func(iface string) func(*maps.Tables) error) erro
 		l.attachments(func(list *[]*loader.Attachment) { *list = append(*list, a) })
 		l.setAttached(iface, true)
 		id, _ := a.ProgramID()
-		l.log.Info("attached", "iface", iface, "mode", a.Mode, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
+		l.log.Info("attached", "iface", iface, "mode", a.Mode, "shared", a.Shared, "adopted", a.Adopted, "program_id", id, "pins", a.Dir)
 		logPreflight(l.log, a) // answer.go
 		if a.Resumed {
 			l.log.Warn("completed the migration of the pins that a daemon stopped in the middle of", "iface", iface)

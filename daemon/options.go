@@ -24,6 +24,7 @@ type Options struct {
 	RulesSourcePasswordFile string
 	Interfaces              []string      // interfaces to protect; empty: the rules file's
 	Mode                    loader.Mode   // XDP attach mode
+	Share                   loader.Share  // alone or in libxdp's dispatcher (--xdp-share)
 	MetricsAddr             string        // Prometheus listen address; "" for none
 	APISocket               string        // local API unix socket; "" for none
 	BPFFS                   string        // bpffs mount point

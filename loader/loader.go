@@ -71,6 +71,9 @@ type Options struct {
 	// NoXDPTx loads the program with XDP_TX compiled out whatever the
 	// preflight says (maps.Options.NoXDPTx).
 	NoXDPTx bool
+	// Share says whether to attach through libxdp's multi-program
+	// dispatcher, beside other XDP programs (share.go; default ShareAuto).
+	Share Share
 }
 
 // Attachment is the program attached to one interface, with its pinned
@@ -102,6 +105,9 @@ type Attachment struct {
 	// egress program is not attached, resptime.go): rules with signal
 	// response_time are then refused. Everything else works.
 	RespTimeErr error
+	// Shared reports that the program runs in a slot of libxdp's
+	// dispatcher on the interface, beside other XDP programs (share.go).
+	Shared bool
 
 	// HostAddrs is what the last refresh of xl_host_addrs did (Attach's,
 	// then RefreshHostAddrs'): how many addresses are listed, how many did
@@ -137,6 +143,9 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if opts.Mode == "" {
 		opts.Mode = ModeAuto
 	}
+	if opts.Share == "" {
+		opts.Share = ShareAuto
+	}
 	nl, err := netlink.LinkByName(iface)
 	if err != nil {
 		return nil, fmt.Errorf("find interface %s: %w", iface, err)
@@ -160,6 +169,17 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	if a.Resumed, err = resumeMigration(a.Dir); err != nil {
 		return nil, err
 	}
+	// Alone, or in a slot of libxdp's dispatcher (share.go): decided
+	// before the load, since a slot's program is loaded for its slot.
+	tx, err := startShare(iface, a.Ifindex, a.Dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	var ext *maps.Extension
+	if tx != nil {
+		defer tx.close()
+		ext = tx.extension()
+	}
 	// Maps pinned by an earlier daemon are adopted as they are, state and
 	// all; pins of an xlimit whose layouts differ are migrated (the
 	// program attached keeps enforcing until the swap).
@@ -168,7 +188,7 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	// this driver, decided before it is loaded, as the attach itself may
 	// run it (virtio_net re-enables NAPI inside the attach).
 	a.Preflight, a.PreflightErr = Preflight(iface, opts.Mode)
-	mopts := maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize, NoXDPTx: opts.NoXDPTx || !a.Preflight.XDPTx}
+	mopts := maps.Options{PinDir: a.Dir, SourceTableSize: opts.SourceTableSize, NoXDPTx: opts.NoXDPTx || !a.Preflight.XDPTx, Extend: ext}
 	a.noTx = mopts.NoXDPTx
 	a.objs, err = maps.Load(mopts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
@@ -188,6 +208,10 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 			return nil, err
 		}
 	} else if err != nil {
+		if tx != nil && errors.Is(err, unix.EPERM) {
+			err = fmt.Errorf("%w: this kernel refuses freplace programs, which libxdp's dispatcher needs to run xlimit beside other XDP programs "+
+				"(BPF trampolines; the same kernels refuse fentry); libxdp itself then attaches one program alone (docs/operations.md)", err)
+		}
 		return nil, err
 	}
 	a.SourcesReset = a.objs.SourcesReset
@@ -221,7 +245,18 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	}
 
 	pin := filepath.Join(a.Dir, linkPin)
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+	if tx != nil {
+		// One netlink call swaps the dispatcher with xlimit's slot for
+		// the one on the interface: the other programs stay, and an
+		// earlier xlimit's slot is replaced with no gap.
+		for _, c := range tx.on.comps {
+			a.Adopted = a.Adopted || c.xlimit
+		}
+		if a.link, err = tx.commit(prog); err != nil {
+			return nil, fmt.Errorf("attach to %s through libxdp's dispatcher: %w", iface, err)
+		}
+		a.Shared = true
+	} else if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 		if sameInterface(l, a.Ifindex) {
 			if err := l.Update(prog); err != nil {
 				l.Close()
@@ -240,6 +275,14 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 
 	if a.link == nil {
 		if a.link, err = attach(prog, a.Ifindex, opts.Mode); err != nil {
+			if on, rerr := readIface(opts.BPFFS, a.Ifindex); rerr == nil {
+				if on.prog != nil && !on.isDispatcher {
+					err = foreignError(iface, on)
+				} else if on.prog != nil {
+					err = fmt.Errorf("%s runs libxdp's dispatcher (program %d) and --xdp-share is never: run with --xdp-share auto to join it", iface, on.id)
+				}
+				on.close()
+			}
 			return nil, fmt.Errorf("attach to %s: %w", iface, err)
 		}
 		if err := a.link.Pin(pin); err != nil {
@@ -370,6 +413,9 @@ func Detach(bpffs, iface string) error {
 		return fmt.Errorf("detach %s: nothing pinned in %s: %w", iface, dir, err)
 	}
 	var errs []error
+	// In a slot of libxdp's dispatcher: the slot goes, the other programs
+	// stay (share.go).
+	errs = append(errs, leaveDispatcher(bpffs, iface))
 	for _, pin := range []string{linkPin, sockOpsPin, respTimePin, cookiePin} {
 		errs = append(errs, detachPinnedLink(filepath.Join(dir, pin)))
 	}
@@ -455,6 +501,10 @@ type LinkState struct {
 	Ifindex   int
 	ProgramID uint32
 	LinkID    uint32
+	// Dispatcher is the id of libxdp's dispatcher on the interface when
+	// xlimit runs in one of its slots, and Shared lists its slots.
+	Dispatcher uint32
+	Shared     []SharedProgram
 }
 
 // Inspect reads the pinned link of iface without changing anything.
@@ -464,7 +514,7 @@ func Inspect(bpffs, iface string) (LinkState, error) {
 	}
 	l, err := link.LoadPinnedLink(filepath.Join(PinDir(bpffs, iface), linkPin), nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return LinkState{}, nil
+		return inspectShared(bpffs, iface)
 	}
 	if err != nil {
 		return LinkState{}, fmt.Errorf("load pinned link: %w", err)

@@ -41,6 +41,9 @@ func (a *Attachment) Reattach(mode Mode) error {
 			return fmt.Errorf("reattach to %s: the driver's preflight avoids XDP_TX there now, and this program sends it", a.Iface)
 		}
 	}
+	if a.Shared {
+		return a.reattachShared(index, mode)
+	}
 	l, err := attach(a.objs.Program(), index, mode)
 	if err != nil {
 		return fmt.Errorf("reattach to %s: %w", a.Iface, err)
@@ -62,6 +65,33 @@ func (a *Attachment) Reattach(mode Mode) error {
 	}
 	a.link, a.Ifindex, a.Adopted = l, index, false
 	a.Mode = currentMode(index)
+	return a.relinkTC(index)
+}
+
+// reattachShared is Reattach through libxdp's dispatcher: the dispatcher
+// went with the old interface, so a new one runs xlimit's slot (the same
+// freplace program, linked to it) and whatever programs the new interface
+// already shares.
+func (a *Attachment) reattachShared(index int, mode Mode) error {
+	tx, err := beginShare(filepath.Dir(filepath.Dir(a.Dir)), index, mode, xlimitComponent())
+	if err != nil {
+		return fmt.Errorf("reattach to %s: %w", a.Iface, err)
+	}
+	defer tx.close()
+	l, err := tx.commit(a.objs.Program())
+	if err != nil {
+		return fmt.Errorf("reattach to %s through libxdp's dispatcher: %w", a.Iface, err)
+	}
+	if a.link != nil {
+		a.link.Close()
+	}
+	a.link, a.Ifindex, a.Adopted = l, index, false
+	a.Mode = currentMode(index)
+	return a.relinkTC(index)
+}
+
+// relinkTC links the TC programs again to the interface index.
+func (a *Attachment) relinkTC(index int) error {
 	// Keyed on the loaded program, not on its link: a relink that failed
 	// left the link nil and the program loaded, and is tried again here.
 	var errs []error

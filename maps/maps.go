@@ -40,6 +40,9 @@ type Options struct {
 	// the kernel, whose own SYN cookies answer them; refused SYNs are
 	// dropped without a reset.
 	NoXDPTx bool
+	// Extend, when set, loads the XDP program as an extension of a libxdp
+	// dispatcher's slot (the interface is shared, loader/share.go).
+	Extend *Extension
 }
 
 // Objects is a loaded XDP program with its maps.
@@ -148,6 +151,10 @@ func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	}
 	if err := setSrcFilter(spec, int(sets)); err != nil {
 		return nil, err
+	}
+	if x := opts.Extend; x != nil {
+		p := spec.Programs[xdpProgXlimitXdp]
+		p.Type, p.AttachType, p.AttachTarget, p.AttachTo = ebpf.Extension, ebpf.AttachNone, x.Target, x.Func
 	}
 	return spec, nil
 }

@@ -23,6 +23,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	var (
 		o                 daemon.Options
 		xdpMode, logLevel string
+		xdpShare          string
 		probeAllow        []net.IPNet
 	)
 	fs := newFlags(e, "run", "(--config FILE | --rules-source URL [--config FILE]) [flags]",
@@ -32,6 +33,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.Config, "config", "", "rules file (YAML)")
 	fs.StringArrayVar(&o.Interfaces, "iface", nil, "interface to protect (repeatable; overrides 'interfaces' in the file)")
 	fs.StringVar(&xdpMode, "xdp-mode", "auto", "attach mode: auto (native, else generic), native or generic")
+	fs.StringVar(&xdpShare, "xdp-share", "auto", "share the interface with other XDP programs through libxdp's dispatcher (xdp-loader's):\nauto (join the dispatcher if one is attached, else attach alone), always (attach through one, so that\nxdp-loader can add programs later) or never (attach alone). Joining needs CAP_SYS_ADMIN (docs/operations.md)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9542", "Prometheus metrics listen address (empty: off)")
 	fs.StringVar(&o.APISocket, "api-socket", "/run/xlimit/api.sock", "local API unix socket, mode 0600 (empty: off)")
 	fs.StringVar(&o.BPFFS, "bpffs", loader.DefaultBPFFS, "bpffs mount point (mounted if missing)")
@@ -62,6 +64,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	o.Mode = mode
+	if o.Share, err = loader.ParseShare(xdpShare); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	for _, n := range probeAllow {
 		ip, _ := netip.AddrFromSlice(n.IP)
 		bits, _ := n.Mask.Size()

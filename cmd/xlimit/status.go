@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -142,6 +143,16 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 		state = "NOT ATTACHED: UNPROTECTED (pins only)"
 	}
 	fmt.Fprintf(w, "%s: %s, program %d, link %d, generation %d, pins %s\n", st.Iface, state, st.ProgramID, st.LinkID, st.Generation, st.PinDir)
+	if st.Dispatcher != 0 {
+		fmt.Fprintf(w, "  shares the interface through libxdp's dispatcher %d (xdp-loader status %s):\n", st.Dispatcher, st.Iface)
+		for _, p := range st.XDPPrograms {
+			who := ""
+			if p.Xlimit {
+				who = "  <- xlimit"
+			}
+			fmt.Fprintf(w, "    slot %d  priority %-3d  program %-6d %-16s  next on %s%s\n", p.Slot, p.Priority, p.ID, p.Name, strings.Join(p.ChainActions, ","), who)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rule\trate\tburst\tunit\tsource\tpass\tdrop\twould_drop\t")
 	for _, r := range st.Rules {

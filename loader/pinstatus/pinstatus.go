@@ -44,6 +44,10 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 		return st, fmt.Errorf("inspect %s: %w", iface, err)
 	}
 	st.Attached, st.Ifindex, st.ProgramID, st.LinkID = ls.Attached, ls.Ifindex, ls.ProgramID, ls.LinkID
+	st.Dispatcher = ls.Dispatcher
+	for _, p := range ls.Shared {
+		st.XDPPrograms = append(st.XDPPrograms, api.XDPProgram{Slot: p.Slot, ID: p.ID, Name: p.Name, Priority: p.Priority, ChainActions: p.Chain, Xlimit: p.Xlimit})
+	}
 	t, err := maps.OpenPinned(st.PinDir, true)
 	if err != nil {
 		return st, err

@@ -38,6 +38,11 @@ type IfaceStatus struct {
 	// Preflight is what the driver's preflight decided when the running
 	// daemon attached (loader/preflight); nil without a daemon.
 	Preflight *PreflightStatus `json:"preflight,omitempty"`
+	// Dispatcher is the id of libxdp's dispatcher when xlimit shares the
+	// interface through it (--xdp-share), and XDPPrograms its slots in
+	// the order they run.
+	Dispatcher  uint32       `json:"dispatcher,omitempty"`
+	XDPPrograms []XDPProgram `json:"xdp_programs,omitempty"`
 }
 
 // PreflightStatus is the driver's preflight of an interface
@@ -49,6 +54,17 @@ type PreflightStatus struct {
 	XDPTx    bool     `json:"xdp_tx"`
 	Native   bool     `json:"native"`   // native mode expected to attach
 	Findings []string `json:"findings"` // level: rule: what; to change: fix
+}
+
+// XDPProgram is one slot of the libxdp dispatcher on an interface.
+type XDPProgram struct {
+	Slot     int    `json:"slot"`
+	ID       uint32 `json:"id"`
+	Name     string `json:"name"`
+	Priority uint32 `json:"priority"`
+	// ChainActions are the verdicts after which the next slot runs.
+	ChainActions []string `json:"chain_actions"`
+	Xlimit       bool     `json:"xlimit,omitempty"`
 }
 
 // HostAddrsStatus is what an interface's xl_host_addrs holds: the host's

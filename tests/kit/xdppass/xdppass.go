@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 )
 
 // Attach attaches a native XDP program that passes every frame to iface,
@@ -104,4 +105,42 @@ func sinkProgram(sink netip.Prefix) (*ebpf.Program, error) {
 		return nil, fmt.Errorf("load XDP sink: %w", err)
 	}
 	return prog, nil
+}
+
+// AttachNetlink attaches a program named name that passes every frame to
+// iface in native mode through netlink, with no bpf_link and no libxdp
+// dispatcher (as `ip link set dev IFACE xdp obj ...` does), in the calling
+// thread's network namespace. It returns the program's id and what
+// removes it.
+func AttachNetlink(iface, name string) (uint32, func() error, error) {
+	l, err := netlink.LinkByName(iface)
+	if err != nil {
+		return 0, nil, fmt.Errorf("attach XDP %s to %s: %w", name, iface, err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: name, Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("load XDP %s: %w", name, err)
+	}
+	defer prog.Close()     // the interface holds it
+	const drvMode = 1 << 2 // XDP_FLAGS_DRV_MODE
+	if err := netlink.LinkSetXdpFdWithFlags(l, prog.FD(), drvMode); err != nil {
+		return 0, nil, fmt.Errorf("attach XDP %s to %s: %w", name, iface, err)
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return 0, nil, fmt.Errorf("read XDP %s info: %w", name, err)
+	}
+	id, _ := info.ID()
+	index := l.Attrs().Index
+	detach := func() error {
+		l, err := netlink.LinkByIndex(index)
+		if err != nil {
+			return nil // the interface is gone, and its XDP with it
+		}
+		return netlink.LinkSetXdpFdWithFlags(l, -1, drvMode)
+	}
+	return uint32(id), detach, nil
 }
