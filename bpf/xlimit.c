@@ -146,7 +146,8 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 		 * maintains xl_host_addrs: XDP then answers nothing, no
 		 * validated cookie is to be protected, and the whole bucket
 		 * is the kernel's (answer.h, xl_answer_maintained). */
-		if (xl_answer_maintained() && !xl_cookie_share_take(slot, r->epoch, b->tol, inc, now))
+		if (xl_answer_maintained() &&
+		    !xl_cookie_share_take(slot, r->epoch, b->tol, inc, now))
 			goto out;
 	}
 
