@@ -370,9 +370,10 @@ __noinline int xl_frag_see(const struct xl_pkt *pkt, __u64 *now)
 }
 
 /* After the rules, dropped being the slot + 1 of the rule that dropped the
- * packet (0: none). A first fragment of a followed protocol records its
- * datagram (xl_frag_record); a later fragment that a rule dropped marks
- * its datagram dropped. */
+ * packet (0: none). A first fragment that met a port rule taking
+ * fragments records its datagram (xl_frag_record); another one, not
+ * dropped, marks its slot of xl_frag_seen (xl_frag_see); a later fragment
+ * that a rule dropped marks its datagram dropped. */
 static __always_inline void xl_frag_done(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 gen,
 					 const struct xl_globals *g, __u64 mask, __u32 dropped,
 					 __u64 *now)
