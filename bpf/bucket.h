@@ -105,8 +105,11 @@ static __always_inline __u64 xl_units_scale(__u64 ahead, __u64 from, __u64 to)
 
 /* Rescales a TAT written under tolerance from to tolerance to at now_u
  * (2^-6 ns), by compare-and-swap: a full bucket (a TAT behind now, or a
- * stale one) stays full. When the CAS keeps losing, the TAT stays as the
- * CPUs that won left it. */
+ * stale one) stays full. When the CAS loses XL_CAS_RETRIES times in a
+ * row, an exchange writes the rescale of the last TAT seen and gives back
+ * what the CPUs that won charged since (the exchanged-out TAT's lead over
+ * it, at most XL_STALE_AHEAD), so that the TAT is never left in the old
+ * units (issue 41: it was, and a cut rate then stalled the bucket). */
 static __always_inline void xl_tat_rescale(__u64 *tat, __u64 from, __u64 to, __u64 now_u)
 {
 	__u64 old = *(volatile __u64 *)tat;
@@ -121,6 +124,13 @@ static __always_inline void xl_tat_rescale(__u64 *tat, __u64 from, __u64 to, __u
 			return;
 		old = seen;
 	}
+	__s64 ahead = (__s64)(old - now_u);
+	if (ahead <= 0 || (__u64)ahead > XL_STALE_AHEAD)
+		return;
+	__u64 prev = __sync_lock_test_and_set(tat, now_u + xl_units_scale((__u64)ahead, from, to));
+	__s64 charged = (__s64)(prev - old);
+	if (charged > 0 && (__u64)charged <= XL_STALE_AHEAD)
+		__sync_fetch_and_add(tat, (__u64)charged);
 }
 
 /* Brings TATs written under the tolerance *units to tolerance tol (the

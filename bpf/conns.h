@@ -20,6 +20,10 @@
 #define XL_TCP_ESTABLISHED 1
 #define XL_TCP_CLOSE_WAIT  8
 
+/* xl_conns.epoch while one CPU starts the count of a new rule (no rule's
+ * epoch). */
+#define XL_CONNS_MOVING 0xffffffffu
+
 #define XL_AF_INET  2
 #define XL_AF_INET6 10
 
@@ -209,15 +213,24 @@ static __always_inline void xl_conn_open(struct bpf_sock_ops *skops)
 	struct bpf_sock *sk = skops->sk;
 	if (!r || !c || !sk)
 		return;
+	/* The first connection of a new rule in this slot starts the count:
+	 * one CPU wins the epoch's compare-and-swap to XL_CONNS_MOVING,
+	 * zeroes the count by an exchange, then publishes the rule's epoch.
+	 * Before, two CPUs could each store 0 and lose the other's increment,
+	 * and the count went negative (issue 41). A connection that opens
+	 * while another CPU moves the epoch is not counted. */
+	__u32 ep = *(volatile __u32 *)&c->epoch;
+	if (ep != r->epoch) {
+		if (ep == XL_CONNS_MOVING ||
+		    __sync_val_compare_and_swap(&c->epoch, ep, XL_CONNS_MOVING) != ep)
+			return;
+		__sync_lock_test_and_set(&c->count, 0);
+		__sync_lock_test_and_set(&c->epoch, r->epoch);
+	}
 	struct xl_sk_conn *sc =
 	    bpf_sk_storage_get(&xl_sk_conns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!sc)
 		return;
-	/* The first connection of a new rule in this slot starts the count. */
-	if (c->epoch != r->epoch) {
-		c->count = 0;
-		c->epoch = r->epoch;
-	}
 	sc->slot = slot;
 	sc->epoch = r->epoch;
 	__sync_fetch_and_add(&c->count, 1);

@@ -18,9 +18,29 @@
  * length for byte rules).
  *
  * Once a rule drops a fragment, the rest of the datagram, useless to the
- * host, is dropped without a charge. A later fragment whose first fragment
- * was not seen (lost, reordered, evicted, or never sent) is an orphan and
- * is dropped: it cannot be reassembled into anything the rules admitted.
+ * host, is dropped without a charge.
+ *
+ * Only datagrams whose first fragment met a port rule that takes
+ * fragments are kept in xl_frags, so that first fragments to ports no
+ * rule names (spoofed ones among them) never evict a datagram a rule
+ * decided. The first fragment of any other datagram marks a slot of
+ * xl_frag_seen, an array indexed by a hash of its key and stamped with
+ * the time. A later fragment found in neither (its first fragment lost,
+ * reordered, evicted, or never sent) is an orphan and is dropped: it
+ * cannot be reassembled into anything the rules admitted. One whose slot
+ * was marked in the last XL_FRAG_SEEN_NS passes as its datagram's first
+ * fragment did, matched by the protocol it recorded. The trade-off: an
+ * orphan that hashes to a marked slot passes too, so a flood of first
+ * fragments to unnamed ports (which itself reaches the host's
+ * reassembly, no rule limiting it) lets orphans through in proportion to
+ * the slots it marks; it can never make a datagram that met no port rule
+ * drop.
+ *
+ * The datagram of a fragment is what Linux reassembles by: for IPv6 its
+ * (source, destination, identification), the protocol taken from its
+ * first fragment, a later fragment's own Next Header read by nobody; for
+ * IPv4 the protocol too (xl_frag_key). So IPv6 fragments are followed
+ * once any protocol is (xl_frag_tracked), whatever their Next Header.
  *
  * Only protocols with a port rule that takes fragments (xl_globals.
  * frag_match) are followed; a packet that is no fragment never reaches
@@ -48,13 +68,36 @@ static __always_inline int xl_frag_followed(const struct xl_pkt *pkt, const stru
 	return pkt->proto < XL_PORT_PROTOS && g->frag_match[pkt->proto & 1];
 }
 
+/* Whether the packet's datagram is looked up or recorded: an IPv4
+ * fragment's when its protocol is followed; any IPv6 fragment's once a
+ * protocol is (a later one's Next Header says nothing). */
+static __always_inline int xl_frag_tracked(const struct xl_pkt *pkt, const struct xl_globals *g)
+{
+	if (pkt->family == 6)
+		return (g->frag_match[0] | g->frag_match[1]) != 0;
+	return xl_frag_followed(pkt, g);
+}
+
 static __always_inline void xl_frag_key(struct xl_frag_key *k, const struct xl_pkt *pkt)
 {
 	__builtin_memcpy(k->saddr, pkt->saddr, 16);
 	__builtin_memcpy(k->daddr, pkt->daddr, 16);
 	k->id = pkt->frag_id;
 	k->family = pkt->family;
-	k->proto = pkt->l4;
+	k->proto = pkt->family == 6 ? 0 : pkt->l4;
+}
+
+/* The slot of xl_frag_seen of the datagram of key k: its ten words mixed
+ * (multiply by the golden ratio, xor-fold). */
+static __always_inline __u32 xl_frag_seen_slot(const struct xl_frag_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h = 0;
+	_Static_assert(sizeof(*k) == 40, "ten words");
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		h = (h ^ w[i]) * 0x9e3779b1u;
+	return (h ^ (h >> 16)) & (XL_FRAG_SEEN_SLOTS - 1);
 }
 
 /* The size of the datagram of a first UDP fragment of len bytes, from its
@@ -175,41 +218,52 @@ __noinline int xl_frag_count(__u64 mask, __u64 len)
 	return 0;
 }
 
-/* A later fragment of a followed protocol: in the rules that decided for
- * its whole datagram it passes uncharged (counted as theirs).
- * Returns XL_REASON_NO_RULE, XL_REASON_ADMIT when it passed such rules,
- * or the reason it is dropped before any rule (above XL_REASON_ADMIT,
- * counted in the rule's slot where there is one):
- * XL_REASON_FRAGMENT_ORPHAN, or XL_REASON_FRAGMENT when a fragment of
- * the datagram was dropped already or when it goes beyond the bytes or
- * fragments its first fragment declared and paid for.
+/* A later fragment of a tracked datagram (xl_frag_tracked): in the rules
+ * that decided for its whole datagram it passes uncharged (counted as
+ * theirs). Returns in the low byte XL_REASON_NO_RULE, XL_REASON_ADMIT
+ * when it passed such rules, or the reason it is dropped before any rule
+ * (above XL_REASON_ADMIT, counted in the rule's slot where there is one):
+ * XL_REASON_FRAGMENT_ORPHAN when neither xl_frags nor xl_frag_seen knows
+ * its datagram, or XL_REASON_FRAGMENT when a fragment of the datagram
+ * was dropped already or when it goes beyond the bytes or fragments its
+ * first fragment declared and paid for. When it passes, the next byte is
+ * its first fragment's IP protocol + 1 (0: not known), which an IPv6
+ * fragment takes as its own.
  *
  * A global function returning a number, not the entry: xlimit_xdp's paths
  * after it (the cookie's reply among them) are then walked by the verifier
  * once whatever the entry said. */
-__noinline __u32 xl_frag_later(struct xdp_md *ctx, const struct xl_pkt *pkt)
+__noinline __u32 xl_frag_later(struct xdp_md *ctx, const struct xl_pkt *pkt, __u64 *now)
 {
-	if (!ctx || !pkt)
+	if (!ctx || !pkt || !now)
 		return XL_REASON_FRAGMENT_ORPHAN;
 	__u64 len = (__u64)ctx->data_end - (__u64)ctx->data;
 	struct xl_frag_key k = {};
 	xl_frag_key(&k, pkt);
 	struct xl_frag *e = bpf_map_lookup_elem(&xl_frags, &k);
-	if (!e)
+	if (!e) {
+		/* A datagram that met no port rule, if its slot says so. */
+		__u32 slot = xl_frag_seen_slot(&k);
+		__u64 *seen = bpf_map_lookup_elem(&xl_frag_seen, &slot);
+		__u64 v = seen ? *(volatile __u64 *)seen : 0;
+		if (v && (__s64)(xl_time(now) - (v & ~0xffULL)) < (__s64)XL_FRAG_SEEN_NS)
+			return XL_REASON_NO_RULE | (__u32)((v & 0xff) + 1) << 8;
 		return XL_REASON_FRAGMENT_ORPHAN;
+	}
+	__u32 l4 = (__u32)(e->l4 + 1) << 8;
 	if (e->dropped) {
 		if (e->dropped <= XL_MAX_RULES)
 			xl_count(e->dropped - 1, XL_VERDICT_DROP, XL_REASON_FRAGMENT, len);
 		return XL_REASON_FRAGMENT;
 	}
 	if (!e->whole)
-		return XL_REASON_NO_RULE;
+		return XL_REASON_NO_RULE | l4;
 	__s32 frags = __sync_fetch_and_add(&e->frags, -1);
 	__s32 bytes = __sync_fetch_and_add(&e->bytes, -(__s32)len);
 	if (frags <= 0 || bytes < (__s32)len)
 		return XL_REASON_FRAGMENT;
 	xl_frag_count(e->whole, len);
-	return XL_REASON_ADMIT;
+	return XL_REASON_ADMIT | l4;
 }
 
 /* The rules of the first fragment of the later fragment pkt that charge
@@ -287,7 +341,8 @@ __noinline int xl_frag_record(struct xdp_md *ctx, const struct xl_pkt *pkt, __u6
 	struct xl_frag_key k = {};
 	xl_frag_key(&k, pkt);
 	__u64 whole = dropped ? 0 : xl_frag_whole_rules(ctx, pkt, gen, followed, len);
-	struct xl_frag v = {.rules = followed & ~whole, .whole = whole, .dropped = dropped};
+	struct xl_frag v = {
+	    .rules = followed & ~whole, .whole = whole, .dropped = dropped, .l4 = pkt->l4};
 	__u64 bytes = 0, frags = 0;
 	if (whole && xl_frag_size(ctx, pkt, len, &bytes, &frags)) {
 		v.bytes = bytes > len ? bytes - len : 0;
@@ -297,21 +352,44 @@ __noinline int xl_frag_record(struct xdp_md *ctx, const struct xl_pkt *pkt, __u6
 	return 0;
 }
 
-/* After the rules, dropped being the slot + 1 of the rule that dropped the
- * packet (0: none). A first fragment of a followed protocol records its
- * datagram (xl_frag_record); a later fragment that a rule dropped marks
- * its datagram dropped. */
-static __always_inline void xl_frag_done(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 gen,
-					 const struct xl_globals *g, __u64 mask, __u32 dropped)
+/* Marks the datagram of the first fragment pkt, which met no port rule
+ * that takes fragments and was not dropped, seen at *now (xl_frag_seen):
+ * its later fragments pass. A global function: the key stays off
+ * xlimit_xdp's stack. */
+__noinline int xl_frag_see(const struct xl_pkt *pkt, __u64 *now)
 {
-	if (!xl_frag_followed(pkt, g))
+	if (!pkt || !now)
+		return 0;
+	struct xl_frag_key k = {};
+	xl_frag_key(&k, pkt);
+	__u32 slot = xl_frag_seen_slot(&k);
+	__u64 *seen = bpf_map_lookup_elem(&xl_frag_seen, &slot);
+	if (seen)
+		*seen = (xl_time(now) & ~0xffULL) | pkt->l4;
+	return 0;
+}
+
+/* After the rules, dropped being the slot + 1 of the rule that dropped the
+ * packet (0: none). A first fragment that met a port rule taking
+ * fragments records its datagram (xl_frag_record); another one, not
+ * dropped, marks its slot of xl_frag_seen (xl_frag_see); a later fragment
+ * that a rule dropped marks its datagram dropped. */
+static __always_inline void xl_frag_done(struct xdp_md *ctx, const struct xl_pkt *pkt, __u32 gen,
+					 const struct xl_globals *g, __u64 mask, __u32 dropped,
+					 __u64 *now)
+{
+	if (!xl_frag_tracked(pkt, g))
 		return;
 	if (pkt->fragment) {
 		if (dropped)
 			xl_frag_mark(pkt, dropped);
 		return;
 	}
-	xl_frag_record(ctx, pkt, mask & g->frag_match[pkt->proto & 1], gen, dropped);
+	__u64 followed = xl_frag_followed(pkt, g) ? mask & g->frag_match[pkt->proto & 1] : 0;
+	if (followed)
+		xl_frag_record(ctx, pkt, followed, gen, dropped);
+	else if (!dropped)
+		xl_frag_see(pkt, now);
 }
 
 #endif /* XLIMIT_FRAG_H */

@@ -254,12 +254,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_sk_conns SEC(".maps");
 
-/* State. Key: a fragmented datagram (source, destination, protocol, IP
- * ID). Value: the port rules its first fragment matched, and whether a
- * fragment of it was dropped. Later fragments carry no port: they are
- * charged to these rules (frag.h). LRU hash: a flood of first fragments
- * evicts the oldest datagrams, whose later fragments then drop as orphans,
- * instead of failing inserts. */
+/* State. Key: a fragmented datagram (source, destination, IP ID, and the
+ * protocol for IPv4). Value: the port rules its first fragment matched,
+ * its protocol, and whether a fragment of it was dropped. Only datagrams
+ * whose first fragment met a port rule that takes fragments are here.
+ * Later fragments carry no port: they are charged to these rules
+ * (frag.h). LRU hash: a flood of such first fragments evicts the oldest
+ * datagrams, whose later fragments then drop as orphans, instead of
+ * failing inserts. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, XL_FRAG_ENTRIES);
@@ -267,6 +269,22 @@ struct {
 	__type(value, struct xl_frag);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_frags SEC(".maps");
+
+/* State. Key: a hash of a fragmented datagram's xl_frag_key. Value: when
+ * (ns, low byte cleared) a first fragment that met no port rule hashed
+ * here, and its IP protocol in the low byte: the later fragments of such
+ * datagrams pass (frag.h). An array, never evicted: a flood of first
+ * fragments only marks more slots (and lets more orphans pass), it never
+ * unmarks the slot of a datagram it does not name. Shared by the CPUs
+ * (a datagram's fragments may reach several): plain stores, the last
+ * wins. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XL_FRAG_SEEN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_frag_seen SEC(".maps");
 
 /* Config, written by the daemon as the namespace's addresses change (it
  * watches them over netlink). Key: an address the host owns: every IPv4

@@ -30,6 +30,10 @@
 #define XL_IPV6_EXT_MAX 6
 /* Datagrams whose fragments are followed at once (xl_frags). */
 #define XL_FRAG_ENTRIES 8192
+/* Slots of xl_frag_seen (a power of two), and how long a slot marks the
+ * datagrams that hash to it as seen (frag.h). */
+#define XL_FRAG_SEEN_SLOTS 16384
+#define XL_FRAG_SEEN_NS	   (2ULL * 1000000000ULL)
 /* Entries of xl_host_addrs: IPs of every interface of the namespace, the
  * MAC of the interface the program is attached to and, when not all fit,
  * the XL_HOST_INCOMPLETE mark. A Kubernetes node or a load balancer with
@@ -491,14 +495,19 @@ struct xl_sk_conn {
 	__u32 epoch;
 };
 
-/* Key of a datagram's fragments (xl_frags): what RFC 791 and RFC 8200
- * identify a datagram by. IPv4 addresses in the first 4 bytes. */
+/* Key of a datagram's fragments (xl_frags): what Linux reassembles a
+ * datagram by. IPv4: (source, destination, protocol, IP ID), as RFC 791
+ * and ip_fragment.c. IPv6: (source, destination, fragment ID) alone, as
+ * RFC 8200 and reassembly.c: a later fragment's own Next Header is never
+ * read by the receiver (it takes the first fragment's), so it keys and
+ * decides nothing here either (proto 0). IPv4 addresses in the first 4
+ * bytes. */
 struct xl_frag_key {
 	__u8 saddr[16];
 	__u8 daddr[16];
 	__u32 id; /* IPv4 identification, or the IPv6 fragment header's */
 	__u8 family;
-	__u8 proto; /* the IP protocol */
+	__u8 proto; /* the IP protocol (IPv4), 0 (IPv6) */
 	__u16 _pad;
 };
 
@@ -509,7 +518,8 @@ struct xl_frag {
 	__u32 dropped; /* slot + 1 of the rule that dropped a fragment, or 0 */
 	__s32 bytes;   /* whole: frame bytes its later fragments may still bring */
 	__s32 frags;   /* whole: later fragments it may still have */
-	__u32 _pad;
+	__u8 l4;       /* the IP protocol of its first fragment (IPv6 later ones take it) */
+	__u8 _pad[3];
 };
 
 /* Key of a host address (xl_host_addrs). IPv4 in the first 4 bytes. */

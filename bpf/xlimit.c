@@ -286,20 +286,28 @@ int xlimit_xdp(struct xdp_md *ctx)
 		}
 	}
 
-	__u64 mask = xl_match(&pkt, gen, g, src);
-	/* A flood's packet that this CPU's memo answers (flood.h). */
-	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(&zero, mask, pkt.syn, len))
-		return XDP_DROP;
-	/* Later fragments take their datagram's port rules, or pass on its
-	 * first fragment's decision (frag.h). */
-	if (pkt.fragment && xl_frag_followed(&pkt, g)) {
-		reason = xl_frag_later(ctx, &pkt);
+	/* Later fragments are orphans, or pass on their first fragment's
+	 * decision, and take its protocol for IPv6 (frag.h). */
+	__u32 later = 0;
+	if (pkt.fragment && xl_frag_tracked(&pkt, g)) {
+		later = xl_frag_later(ctx, &pkt, &now);
+		reason = later & 0xff;
 		if (reason > XL_REASON_ADMIT) {
 			verdict = XL_VERDICT_DROP;
 			goto out;
 		}
-		mask |= xl_frag_rules(&pkt);
+		if (pkt.family == 6 && (later >> 8)) {
+			pkt.l4 = (later >> 8) - 1;
+			pkt.proto = xl_proto_class(pkt.l4);
+		}
 	}
+	__u64 mask = xl_match(&pkt, gen, g, src);
+	/* A flood's packet that this CPU's memo answers (flood.h). */
+	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(&zero, mask, pkt.syn, len))
+		return XDP_DROP;
+	/* Later fragments take their datagram's port rules. */
+	if (later)
+		mask |= xl_frag_rules(&pkt);
 
 	__u32 dropped = 0; /* slot + 1 of the rule that dropped the packet */
 	if (mask)
@@ -326,7 +334,7 @@ int xlimit_xdp(struct xdp_md *ctx)
 				g->resp_time & (~g->src_filtered | (src ? src->rules : 0)),
 				XL_RESP_ARGS(&pkt));
 	if (pkt.first_frag | pkt.fragment)
-		xl_frag_done(ctx, &pkt, gen, g, mask, dropped);
+		xl_frag_done(ctx, &pkt, gen, g, mask, dropped, &now);
 	goto out;
 
 malformed:

@@ -275,6 +275,23 @@ func TestFragmentVerdicts(t *testing.T) {
 				{Name: "web-" + itoa(int(id)), Protocol: "tcp", Ports: ports(80, 80), Rate: 1, Burst: 1},
 			}}, nil))
 			frames := datagram(src, 53, id, 3000)
+			if src.Is6() {
+				// An IPv6 later fragment's Next Header is not its
+				// datagram's protocol (issue 41, H2): once any protocol
+				// is followed, an orphan is an orphan; with its first
+				// fragment the UDP datagram passes whole.
+				for _, f := range frames[1:] {
+					if pass, res := h.run(t, f, now); pass || res.Reason != dataplane.ReasonFragOrphan {
+						t.Errorf("IPv6 orphan, no UDP port rule: pass=%v %v, want drop fragment_orphan", pass, res.Reason)
+					}
+				}
+				id++
+				frames = datagram(src, 53, id, 3000)
+				if passed, _ := h.runAll(t, frames, now); passed != len(frames) {
+					t.Errorf("%d of %d fragments of an IPv6 UDP datagram passed, no UDP port rule; want all", passed, len(frames))
+				}
+				return
+			}
 			for _, f := range frames[1:] { // orphans, but no UDP rule takes fragments
 				if pass, res := h.run(t, f, now); !pass || res.Reason != dataplane.ReasonNoRule {
 					t.Errorf("UDP fragment, no UDP port rule: pass=%v %v, want pass no_rule", pass, res.Reason)

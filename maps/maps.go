@@ -231,7 +231,7 @@ func PinnedNames() []string {
 		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
 		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
 		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSrcTable, xdpMapXlSrcExts, xdpMapXlConns, xdpMapXlSkConns,
-		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits, xdpMapXlSrcFilter,
+		xdpMapXlFrags, xdpMapXlFragSeen, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits, xdpMapXlSrcFilter,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock, xdpMapXlCookieShare,
 		xdpMapXlCookieLink, xdpMapXlAnswerStats,
 		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,

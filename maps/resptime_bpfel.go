@@ -98,7 +98,8 @@ type resptimeXlFrag struct {
 	Dropped uint32
 	Bytes   int32
 	Frags   int32
-	Pad     uint32
+	L4      uint8
+	Pad     [3]uint8
 }
 
 type resptimeXlFragKey struct {
@@ -320,6 +321,7 @@ const (
 	resptimeMapXlConfirm         = "xl_confirm"
 	resptimeMapXlConns           = "xl_conns"
 	resptimeMapXlFlood           = "xl_flood"
+	resptimeMapXlFragSeen        = "xl_frag_seen"
 	resptimeMapXlFrags           = "xl_frags"
 	resptimeMapXlGen             = "xl_gen"
 	resptimeMapXlHostAddrs       = "xl_host_addrs"
@@ -400,6 +402,7 @@ type resptimeMapSpecs struct {
 	XlConfirm     *ebpf.MapSpec `ebpf:"xl_confirm"`
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
+	XlFragSeen    *ebpf.MapSpec `ebpf:"xl_frag_seen"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -456,6 +459,7 @@ type resptimeMaps struct {
 	XlConfirm     *ebpf.Map `ebpf:"xl_confirm"`
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
+	XlFragSeen    *ebpf.Map `ebpf:"xl_frag_seen"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -487,6 +491,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlConfirm,
 		m.XlConns,
 		m.XlFlood,
+		m.XlFragSeen,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,

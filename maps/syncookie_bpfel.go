@@ -153,7 +153,8 @@ type syncookieXlFrag struct {
 	Dropped uint32
 	Bytes   int32
 	Frags   int32
-	Pad     uint32
+	L4      uint8
+	Pad     [3]uint8
 }
 
 type syncookieXlFragKey struct {
@@ -382,6 +383,7 @@ const (
 	syncookieMapXlCookieState   = "xl_cookie_state"
 	syncookieMapXlCookieStats   = "xl_cookie_stats"
 	syncookieMapXlFlood         = "xl_flood"
+	syncookieMapXlFragSeen      = "xl_frag_seen"
 	syncookieMapXlFrags         = "xl_frags"
 	syncookieMapXlGen           = "xl_gen"
 	syncookieMapXlHostAddrs     = "xl_host_addrs"
@@ -472,6 +474,7 @@ type syncookieMapSpecs struct {
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
 	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
+	XlFragSeen    *ebpf.MapSpec `ebpf:"xl_frag_seen"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -538,6 +541,7 @@ type syncookieMaps struct {
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
 	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
+	XlFragSeen    *ebpf.Map `ebpf:"xl_frag_seen"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -576,6 +580,7 @@ func (m *syncookieMaps) Close() error {
 		m.XlCookieState,
 		m.XlCookieStats,
 		m.XlFlood,
+		m.XlFragSeen,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,

@@ -171,7 +171,8 @@ type xdpXlFrag struct {
 	Dropped uint32
 	Bytes   int32
 	Frags   int32
-	Pad     uint32
+	L4      uint8
+	Pad     [3]uint8
 }
 
 type xdpXlFragKey struct {
@@ -479,6 +480,7 @@ const (
 	xdpMapXlCookieState     = "xl_cookie_state"
 	xdpMapXlCookieStats     = "xl_cookie_stats"
 	xdpMapXlFlood           = "xl_flood"
+	xdpMapXlFragSeen        = "xl_frag_seen"
 	xdpMapXlFrags           = "xl_frags"
 	xdpMapXlGen             = "xl_gen"
 	xdpMapXlHostAddrs       = "xl_host_addrs"
@@ -585,6 +587,7 @@ type xdpMapSpecs struct {
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.MapSpec `ebpf:"xl_cookie_stats"`
 	XlFlood       *ebpf.MapSpec `ebpf:"xl_flood"`
+	XlFragSeen    *ebpf.MapSpec `ebpf:"xl_frag_seen"`
 	XlFrags       *ebpf.MapSpec `ebpf:"xl_frags"`
 	XlGen         *ebpf.MapSpec `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.MapSpec `ebpf:"xl_host_addrs"`
@@ -665,6 +668,7 @@ type xdpMaps struct {
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
 	XlCookieStats *ebpf.Map `ebpf:"xl_cookie_stats"`
 	XlFlood       *ebpf.Map `ebpf:"xl_flood"`
+	XlFragSeen    *ebpf.Map `ebpf:"xl_frag_seen"`
 	XlFrags       *ebpf.Map `ebpf:"xl_frags"`
 	XlGen         *ebpf.Map `ebpf:"xl_gen"`
 	XlHostAddrs   *ebpf.Map `ebpf:"xl_host_addrs"`
@@ -703,6 +707,7 @@ func (m *xdpMaps) Close() error {
 		m.XlCookieState,
 		m.XlCookieStats,
 		m.XlFlood,
+		m.XlFragSeen,
 		m.XlFrags,
 		m.XlGen,
 		m.XlHostAddrs,

@@ -22,6 +22,11 @@ const (
 	// FragEntries is how many fragmented datagrams the kernel follows at
 	// once (xl_frags, an LRU).
 	FragEntries = 8192
+	// FragSeenSlots and FragSeenNS are types.h's XL_FRAG_SEEN_SLOTS and
+	// XL_FRAG_SEEN_NS: the slots of xl_frag_seen, which marks datagrams
+	// whose first fragment met no port rule, and how long a mark lasts.
+	FragSeenSlots = 16384
+	FragSeenNS    = 2_000_000_000
 	// HostAddrsMax is how many entries xl_host_addrs holds (addresses, the
 	// attached interface's MAC, the daemon's lease and, when not all fit,
 	// the HostIncomplete mark): bpf/types.h XL_HOST_ADDRS_MAX.

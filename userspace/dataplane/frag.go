@@ -16,6 +16,36 @@ type fragState struct {
 	dropped int    // slot + 1 of the rule that dropped a fragment, or 0
 	// bytes and frags are what the later fragments may still bring (whole).
 	bytes, frags int32
+	l4           uint8 // the first fragment's IP protocol
+}
+
+// fragTracked is frag.h's xl_frag_tracked: an IPv4 fragment's datagram is
+// looked up when its protocol is followed, an IPv6 one's once any is.
+func (m *Model) fragTracked(pkt *Packet) bool {
+	if pkt.Family == 6 {
+		return m.Plan.Globals.FragMatch[0]|m.Plan.Globals.FragMatch[1] != 0
+	}
+	return m.fragFollowed(pkt)
+}
+
+// fragSee is frag.h's xl_frag_see: the first fragment of a datagram that
+// met no port rule marks its slot of xl_frag_seen.
+func (m *Model) fragSee(pkt *Packet, nowNS uint64) {
+	if m.fragSeen == nil {
+		m.fragSeen = make(map[uint32]uint64)
+	}
+	m.fragSeen[pkt.FragKey().SeenSlot()] = nowNS&^0xff | uint64(pkt.L4)
+}
+
+// fragSeenAt is xl_frag_later's look in xl_frag_seen: whether the slot of
+// the datagram of k was marked in the last FragSeenNS, and the protocol
+// it recorded.
+func (m *Model) fragSeenAt(k FragKey, nowNS uint64) (uint8, bool) {
+	v := m.fragSeen[k.SeenSlot()]
+	if v == 0 || int64(nowNS-v&^0xff) >= FragSeenNS {
+		return 0, false
+	}
+	return uint8(v), true
 }
 
 // FragSize is frag.h's xl_frag_size: the fragments and frame bytes of the
@@ -107,7 +137,7 @@ func (m *Model) fragRecord(frame []byte, pkt *Packet, followed, whole uint64, dr
 	if dropped != 0 {
 		whole = 0
 	}
-	e := &fragState{rules: followed &^ whole, whole: whole, dropped: dropped}
+	e := &fragState{rules: followed &^ whole, whole: whole, dropped: dropped, l4: pkt.L4}
 	if bytes, frags, ok := FragSize(frame, pkt); whole != 0 && ok {
 		if n := uint64(len(frame)); bytes > n {
 			e.bytes = int32(bytes - n)

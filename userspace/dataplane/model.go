@@ -33,7 +33,8 @@ type Model struct {
 	noSrcFilter    bool
 	srcFilterDrops [MaxRules]uint64
 	frags          map[FragKey]*fragState
-	resetTAT       uint64 // the reset bucket of all rules (xl_reset_budget)
+	fragSeen       map[uint32]uint64 // xl_frag_seen's marked slots
+	resetTAT       uint64            // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
 	cookieShares    [MaxRules]cookieShare
@@ -319,26 +320,35 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		return malformed(ReasonNDInvalid)
 	}
 
+	// Later fragments are orphans or pass on their first fragment's
+	// decision, and an IPv6 one takes its protocol (frag.h).
+	var frag *fragState
+	if pkt.Fragment && m.fragTracked(&pkt) {
+		k := pkt.FragKey()
+		l4, ok := uint8(0), false
+		if e, found := m.frags[k]; found {
+			if e.dropped != 0 {
+				m.Counters[e.dropped-1].count(VerdictDrop, ReasonFragment, uint64(pkt.Len))
+				return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
+			}
+			if !m.fragLater(e, pkt.Len) {
+				return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
+			}
+			frag, l4, ok = e, e.l4, true
+		} else if l4, ok = m.fragSeenAt(k, nowNS); !ok {
+			return Result{Verdict: VerdictDrop, Reason: ReasonFragOrphan}
+		}
+		if pkt.Family == 6 && ok {
+			pkt.L4, pkt.Proto = l4, protoClass(int(l4))
+		}
+	}
 	mask := m.match(&pkt, src)
 	if mask != 0 && !pkt.Fragment && !pkt.FirstFrag && m.floodDrop(mask, pkt.SYN, nowNS, pkt.Len) {
 		return Result{Verdict: VerdictDrop, Reason: ReasonRule}
 	}
-	// Later fragments take their datagram's port rules (frag.h).
-	var frag *fragState
-	if pkt.Fragment && m.fragFollowed(&pkt) {
-		e, ok := m.frags[pkt.FragKey()]
-		if !ok {
-			return Result{Verdict: VerdictDrop, Reason: ReasonFragOrphan}
-		}
-		if e.dropped != 0 {
-			m.Counters[e.dropped-1].count(VerdictDrop, ReasonFragment, uint64(pkt.Len))
-			return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
-		}
-		if !m.fragLater(e, pkt.Len) {
-			return Result{Verdict: VerdictDrop, Reason: ReasonFragment}
-		}
-		mask |= e.rules
-		frag = e
+	// Later fragments take their datagram's port rules.
+	if frag != nil {
+		mask |= frag.rules
 	}
 	res, dropped, whole := m.applyRules(frame, mask, &pkt, nowNS)
 	switch {
@@ -349,8 +359,18 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 		if res.Reason == ReasonNoRule && frag.whole != 0 {
 			res.Reason = ReasonAdmit
 		}
-	case pkt.FirstFrag && m.fragFollowed(&pkt):
-		m.fragRecord(frame, &pkt, mask&g.FragMatch[pkt.Proto], whole, dropped)
+	case pkt.FirstFrag && m.fragTracked(&pkt):
+		// Only datagrams that met a port rule taking fragments are
+		// kept; the others' first fragments mark xl_frag_seen.
+		var followed uint64
+		if m.fragFollowed(&pkt) {
+			followed = mask & g.FragMatch[pkt.Proto]
+		}
+		if followed != 0 {
+			m.fragRecord(frame, &pkt, followed, whole, dropped)
+		} else if dropped == 0 {
+			m.fragSee(&pkt, nowNS)
+		}
 	}
 	return res
 }

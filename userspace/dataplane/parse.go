@@ -37,9 +37,38 @@ type FragKey struct {
 	L4       uint8
 }
 
-// FragKey returns the key of the packet's datagram (fragments only).
+// FragKey returns the key of the packet's datagram (fragments only): an
+// IPv6 datagram's has no protocol, which a later fragment does not tell.
 func (p *Packet) FragKey() FragKey {
-	return FragKey{Src: p.Src, Dst: p.Dst, ID: p.FragID, L4: p.L4}
+	k := FragKey{Src: p.Src, Dst: p.Dst, ID: p.FragID, L4: p.L4}
+	if p.Family == 6 {
+		k.L4 = 0
+	}
+	return k
+}
+
+// SeenSlot is frag.h's xl_frag_seen_slot: the slot of xl_frag_seen of
+// the datagram of k, a hash of struct xl_frag_key's ten words.
+func (k FragKey) SeenSlot() uint32 {
+	var b [40]byte
+	if k.Src.Is4() {
+		a, d := k.Src.As4(), k.Dst.As4()
+		copy(b[0:], a[:])
+		copy(b[16:], d[:])
+		b[36] = 4
+	} else {
+		a, d := k.Src.As16(), k.Dst.As16()
+		copy(b[0:], a[:])
+		copy(b[16:], d[:])
+		b[36] = 6
+	}
+	binary.LittleEndian.PutUint32(b[32:], k.ID)
+	b[37] = k.L4
+	var h uint32
+	for i := 0; i < 40; i += 4 {
+		h = (h ^ binary.LittleEndian.Uint32(b[i:])) * 0x9e3779b1
+	}
+	return (h ^ h>>16) & (FragSeenSlots - 1)
 }
 
 // ParseResult says how far parsing got. Stage results other than ParseOK

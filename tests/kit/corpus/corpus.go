@@ -11,6 +11,7 @@ package corpus
 import (
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -330,9 +331,18 @@ func Cases() []Case {
 		// The first fragment was dropped: so is the rest, before any rule.
 		add(Case{Name: f.name + ", fragments drop", Spec: "frag-drop", Pre: [][]byte{f.first}, Frame: f.frame,
 			Reason: dataplane.ReasonFragment, Rules: []RuleWant{{"dns", dataplane.VerdictDrop, dataplane.ReasonFragment}}})
-		if f.orphan != nil {
+		switch {
+		case f.orphan != nil && strings.HasPrefix(f.name, "ipv6"):
+			// An IPv6 later fragment's Next Header is not its datagram's
+			// protocol (issue 41, H2): with the TCP rule following
+			// fragments, an orphan is an orphan whatever it names.
+			add(Case{Name: f.name + " without its first, fragments ignore", Spec: "frag-ignore", Frame: f.orphan,
+				Reason: dataplane.ReasonFragOrphan})
+		case f.orphan != nil:
 			add(Case{Name: f.name + " without its first, fragments ignore", Spec: "frag-ignore", Frame: f.orphan,
 				Pass: true, Reason: adm, Rules: []RuleWant{admit("udp-all")}})
+		}
+		if f.orphan != nil {
 			for _, policy := range []string{"limit", "drop"} {
 				add(Case{Name: f.name + " without its first, fragments " + policy, Spec: "frag-" + policy,
 					Frame: f.orphan, Reason: dataplane.ReasonFragOrphan})
@@ -385,10 +395,11 @@ func Cases() []Case {
 	nf.Src = netip.MustParseAddr("2001:db8:1::12") // no first fragment from it
 	nf.IPv6Ext, nf.FragOffset = []uint8{frame.ExtFragment}, 100
 	add(Case{Name: "ipv6 non-first fragment, first not seen", Frame: build(nf), Reason: dataplane.ReasonFragOrphan})
-	// The fragment header names destination options next: not UDP, so no
-	// port rule follows it.
+	// The fragment header names destination options next: what a later
+	// fragment names is not its datagram's protocol (issue 41, H2), so
+	// without its first fragment it is an orphan all the same.
 	nf.IPv6Ext = []uint8{60, 60, 60, 60, 60, 44, 60}
-	pass("ipv6 chain of 7 cut short by a non-first fragment", build(nf), noRule)
+	add(Case{Name: "ipv6 chain of 7 cut short by a non-first fragment", Frame: build(nf), Reason: dataplane.ReasonFragOrphan})
 	nf7 := nf
 	nf7.IPv6Ext = []uint8{60, 60, 60, 60, 60, 60, 44}
 	add(Case{Name: "ipv6 chain of 7 ending in a non-first fragment, fragments limit", Spec: "frag-limit",
