@@ -34,6 +34,7 @@ type ruleSource struct {
 	store    *rulesource.Redis
 	src      *rulesource.Source
 	seed     rulesource.Document // the document in force at start
+	seedFrom string              // the store instance of the snapshot's version ("" unknown)
 	invalid  int                 // documents rejected at start, before metrics existed
 	version  atomic.Int64        // version of the source's document in force; -1 unknown
 }
@@ -47,6 +48,8 @@ type sourceMeta struct {
 	Source  string `json:"source"`
 	Version int64  `json:"version"`
 	SHA256  string `json:"sha256"`
+	// Store is the store instance (Redis run_id) the version counts on.
+	Store string `json:"store,omitempty"`
 }
 
 // openRuleSource opens the rules source of --rules-source (url, with the
@@ -99,7 +102,9 @@ func (s *ruleSource) startup(ctx context.Context, prepare func(document) (*prepa
 			// over even when it is this very document, so that the rules
 			// are then shown as the source's.
 			s.seed = rulesource.NewDocument(text, -1)
-			s.version.Store(s.snapshotVersion(text))
+			v, from := s.snapshotVersion(text)
+			s.version.Store(v)
+			s.seedFrom = from
 			s.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", lastGood, "version", s.version.Load())
 			return p, nil
 		}
@@ -135,8 +140,13 @@ func (s *ruleSource) start(ctx context.Context, m *metricsServer) (stop func()) 
 	}
 	s.src = rulesource.New(s.store, rulesource.Config{Resync: s.opts.Resync, Name: s.opts.String(), Logger: s.log})
 	s.src.Seed(s.seed)
-	// The versions only move forward, from the snapshot's on.
-	s.src.SeedVersion(max(s.seed.Version, s.version.Load()))
+	// The versions only move forward on one store instance, from the
+	// snapshot's on.
+	if s.seed.Version >= 0 {
+		s.src.SeedVersion(s.seed.Version, s.seed.Store)
+	} else {
+		s.src.SeedVersion(s.version.Load(), s.seedFrom)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -213,7 +223,7 @@ func (s *ruleSource) state() metrics.RulesSource {
 
 // saveMeta records which document the snapshot is (after saveLastGood).
 func (s *ruleSource) saveMeta(doc rulesource.Document) {
-	data, err := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256})
+	data, err := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256, Store: doc.Store})
 	if err == nil {
 		err = durable.WriteFile(filepath.Join(s.stateDir, sourceMetaFile), data, 0o600)
 	}
@@ -222,15 +232,16 @@ func (s *ruleSource) saveMeta(doc rulesource.Document) {
 	}
 }
 
-// snapshotVersion is the version recorded for the snapshot text, or -1.
-func (s *ruleSource) snapshotVersion(text []byte) int64 {
+// snapshotVersion is the version recorded for the snapshot text, or -1,
+// and the store instance it counts on ("" unknown).
+func (s *ruleSource) snapshotVersion(text []byte) (int64, string) {
 	data, err := os.ReadFile(filepath.Join(s.stateDir, sourceMetaFile))
 	if err != nil {
-		return -1
+		return -1, ""
 	}
 	var m sourceMeta
 	if json.Unmarshal(data, &m) != nil || m.SHA256 != rulesource.NewDocument(text, 0).SHA256 {
-		return -1
+		return -1, ""
 	}
-	return m.Version
+	return m.Version, m.Store
 }
