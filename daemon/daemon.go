@@ -168,7 +168,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	d.loop.SetSampler(&d.signals)
 	d.loop.SetOutcomes(&d.signals)
 
-	f, err := openFleet(d.opts.Fleet, d.opts.NodeName, d.loop.Period(), d.opts.Clock, d.log) // fleet.go
+	f, err := openFleet(d.opts.Fleet, d.opts.NodeName, d.opts.StateDir, d.loop.Period(), d.opts.Clock, d.log) // fleet.go
 	if err != nil {
 		return err
 	}

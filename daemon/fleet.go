@@ -32,7 +32,7 @@ type fleetShare struct {
 // openFleet parses --fleet (url) and --node-name (node) for a control
 // loop of the given period; nil without --fleet. The loop takes its Host
 // as its cap.
-func openFleet(url, node string, period time.Duration, clock control.Clock, log *slog.Logger) (*fleetShare, error) {
+func openFleet(url, node, stateDir string, period time.Duration, clock control.Clock, log *slog.Logger) (*fleetShare, error) {
 	if url == "" {
 		return nil, nil
 	}
@@ -40,10 +40,8 @@ func openFleet(url, node string, period time.Duration, clock control.Clock, log 
 	if err != nil {
 		return nil, fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
 	}
-	if node == "" {
-		if node, err = os.Hostname(); err != nil {
-			return nil, fmt.Errorf("%w: --node-name not given and no hostname: %v", ErrUsage, err)
-		}
+	if node, err = fleetIdentity(node, stateDir); err != nil {
+		return nil, err
 	}
 	// The loop writes every period; a lease must not end between two
 	// writes (half a period of margin for a late tick).
@@ -172,4 +170,16 @@ func (f *fleetShare) metrics() []metrics.FleetRule {
 			LeaseAgeSeconds: r.LeaseAgeSeconds, State: r.State, Hosts: r.Hosts})
 	}
 	return out
+}
+
+// fleetIdentity is this host's identity in the fleet store: node (the
+// hostname when "").
+func fleetIdentity(node, stateDir string) (string, error) {
+	if node == "" {
+		var err error
+		if node, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("%w: --node-name not given and no hostname: %v", ErrUsage, err)
+		}
+	}
+	return node, nil
 }
