@@ -4,13 +4,20 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/control"
+	"github.com/xlimit/xlimit/userspace/durable"
 	"github.com/xlimit/xlimit/userspace/fleet"
 	"github.com/xlimit/xlimit/userspace/metrics"
 )
@@ -172,8 +179,17 @@ func (f *fleetShare) metrics() []metrics.FleetRule {
 	return out
 }
 
+// instanceFile holds this host's fleet instance id, in the state directory.
+const instanceFile = "fleet-instance-id"
+
 // fleetIdentity is this host's identity in the fleet store: node (the
-// hostname when "").
+// hostname when "") and an instance id, "NODE/ID". The id is random,
+// made once and kept in the state directory, so that two hosts of one
+// name (cloned images, "localhost", two daemons with their own state
+// directories) are two members of the fleet by construction, and a
+// restart is the same member (issue 41, M4). A state directory copied
+// with an image keeps its id: a second reporter of one identity is
+// detected (fleet.Presence) and alarmed.
 func fleetIdentity(node, stateDir string) (string, error) {
 	if node == "" {
 		var err error
@@ -181,5 +197,35 @@ func fleetIdentity(node, stateDir string) (string, error) {
 			return "", fmt.Errorf("%w: --node-name not given and no hostname: %v", ErrUsage, err)
 		}
 	}
-	return node, nil
+	path := filepath.Join(stateDir, instanceFile)
+	data, err := os.ReadFile(path)
+	id := strings.TrimSpace(string(data))
+	switch {
+	case err == nil && validInstance(id):
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("make a fleet instance id: %w", err)
+		}
+		id = hex.EncodeToString(b[:])
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return "", fmt.Errorf("write the fleet instance id: %w", err)
+		}
+		if err := durable.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("write the fleet instance id: %w", err)
+		}
+	default:
+		return "", fmt.Errorf("read the fleet instance id: %w", err)
+	}
+	return node + "/" + id, nil
+}
+
+// validInstance reports whether id is an instance id as fleetIdentity
+// makes them: 16 lower-case hex digits.
+func validInstance(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil && strings.ToLower(id) == id
 }
