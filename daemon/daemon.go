@@ -194,6 +194,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		m.startReverts(d.rules.startReverts)
 		m.collector.SetQueues(d.queues.stats)
 		m.collector.SetFleet(d.fleet.metrics)
+		if d.fleet != nil {
+			m.collector.SetFleetHealth(d.fleet.health)
+		}
 	}
 	defer d.fleet.run(ctx)()
 	defer d.src.start(ctx, d.metrics)() // rulesource.go

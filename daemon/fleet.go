@@ -33,8 +33,16 @@ type fleetShare struct {
 	node     string
 	host     *fleet.Host
 	store    *fleet.RedisStore
+	presence *fleet.Presence
 	lastTick time.Time // the loop goroutine's
 }
+
+// presenceEvery is how often the daemon claims its fleet member id; a
+// claim lasts presenceTTL.
+const (
+	presenceEvery = time.Second
+	presenceTTL   = 3 * presenceEvery
+)
 
 // openFleet parses --fleet (url) and --node-name (node) for a control
 // loop of the given period; nil without --fleet. The loop takes its Host
@@ -58,7 +66,7 @@ func openFleet(url, node, stateDir string, period time.Duration, clock control.C
 		return nil, fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
 	}
 	log.Info("sharing fleet budgets", "store", o.URL, "node", node, "interval", o.Interval)
-	return &fleetShare{log: log, clock: clock, opts: o, node: node, host: h, store: fleet.OpenRedis(o)}, nil
+	return &fleetShare{log: log, clock: clock, opts: o, node: node, host: h, store: fleet.OpenRedis(o), presence: fleet.NewPresence(node)}, nil
 }
 
 // setRules gives the Host the fleet rules in force.
@@ -96,6 +104,9 @@ func (f *fleetShare) run(parent context.Context) (stop func()) {
 		up := true
 		var steps uint64
 		intervals := map[string]time.Duration{} // the key's epoch last logged, per rule
+		budgets := map[string]float64{}         // the store's budget last logged, per rule
+		var claimed, conflictLogged time.Time
+		var mismatches uint64
 		timer := time.NewTimer(0)
 		defer timer.Stop()
 		for {
@@ -105,6 +116,20 @@ func (f *fleetShare) run(parent context.Context) (stop func()) {
 			case <-timer.C:
 			}
 			now := f.clock.Now()
+			if now.Sub(claimed) >= presenceEvery {
+				claimed = now
+				cctx, cancel := context.WithTimeout(ctx, f.opts.Interval)
+				other, err := f.presence.Check(cctx, f.store, presenceTTL)
+				cancel()
+				if other && now.Sub(conflictLogged) >= time.Minute {
+					conflictLogged = now
+					f.log.Error("ANOTHER DAEMON REPORTS AS THIS FLEET MEMBER: their demands merge in the store and each takes a whole share; give each host its own --node-name and state directory (fleet-instance-id)",
+						"member", f.node, "store", f.opts.URL, "conflicts", f.presence.Others())
+				}
+				if err != nil {
+					f.log.Debug("fleet member claim", "err", err)
+				}
+			}
 			if f.host.Due(now) {
 				reps := f.host.Reports()
 				cctx, cancel := context.WithTimeout(ctx, f.opts.Interval)
@@ -129,6 +154,16 @@ func (f *fleetShare) run(parent context.Context) (stop func()) {
 						steps = n
 						f.log.Warn("fleet store's clock stepped, or another server answers (a restart or a failover): shares rise only once every earlier lease has ended",
 							"store", f.opts.URL, "discontinuities", n)
+					}
+					if n := f.host.BudgetMismatches(); n != mismatches {
+						mismatches = n
+						for _, r := range f.host.Status(f.clock.Now()) {
+							if r.StoreBudget != 0 && r.StoreBudget != budgets[r.Rule] {
+								budgets[r.Rule] = r.StoreBudget
+								f.log.Warn("FLEET BUDGET MISMATCH: another host of this fleet key carries another budget; the store divides whichever started the epoch",
+									"rule", r.Rule, "key", r.Key, "store_budget", r.StoreBudget, "mismatches", n)
+							}
+						}
 					}
 					for _, r := range f.host.Status(f.clock.Now()) {
 						if r.Interval != 0 && r.Interval != intervals[r.Rule] {
@@ -157,10 +192,11 @@ func (f *fleetShare) status() *api.FleetStatus {
 	if f == nil {
 		return nil
 	}
-	st := &api.FleetStatus{Node: f.node, Store: f.opts.URL, Up: f.host.Up(), Rules: []api.FleetRuleStatus{}}
+	st := &api.FleetStatus{Node: f.node, Store: f.opts.URL, Up: f.host.Up(), Rules: []api.FleetRuleStatus{},
+		MemberConflicts: f.presence.Others(), BudgetMismatches: f.host.BudgetMismatches()}
 	for _, r := range f.host.Status(f.clock.Now()) {
 		st.Rules = append(st.Rules, api.FleetRuleStatus{Rule: r.Rule, Key: r.Key, Share: r.Share, Demand: r.Demand,
-			State: r.State, LeaseAgeSeconds: r.LeaseAge.Seconds(), Hosts: r.Hosts})
+			State: r.State, LeaseAgeSeconds: r.LeaseAge.Seconds(), Hosts: r.Hosts, StoreBudget: r.StoreBudget})
 	}
 	return st
 }
@@ -228,4 +264,9 @@ func validInstance(id string) bool {
 	}
 	_, err := hex.DecodeString(id)
 	return err == nil && strings.ToLower(id) == id
+}
+
+// health is the collector's view of the fleet's counters.
+func (f *fleetShare) health() metrics.FleetHealth {
+	return metrics.FleetHealth{MemberConflicts: f.presence.Others(), BudgetMismatches: f.host.BudgetMismatches()}
 }
