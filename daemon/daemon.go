@@ -99,7 +99,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	if g := readGuard(d.opts.Config, d.log); g != nil { // guard.go
+	if g := readGuard(d.opts.Config, d.opts.StateDir, d.log); g != nil { // guard.go
 		d.guard.Store(g)
 	}
 	// The startup document may be large: SIGTERM must not wait for it.
