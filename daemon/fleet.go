@@ -20,6 +20,7 @@ import (
 	"github.com/xlimit/xlimit/userspace/durable"
 	"github.com/xlimit/xlimit/userspace/fleet"
 	"github.com/xlimit/xlimit/userspace/metrics"
+	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
 // fleetShare is the daemon's side of --fleet (docs/fleet.md): the control
@@ -54,6 +55,9 @@ func openFleet(url, node, stateDir string, period time.Duration, clock control.C
 	o, err := fleet.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --fleet: %v", ErrUsage, err)
+	}
+	for _, w := range rulesource.TrustWarnings(o.Redis, "--fleet") {
+		log.Warn("FLEET STORE OPEN TO THE NETWORK: " + w)
 	}
 	if node, err = fleetIdentity(node, stateDir); err != nil {
 		return nil, err

@@ -62,6 +62,9 @@ func openRuleSource(url, passwordFile, stateDir string, log *slog.Logger) (*rule
 	if err := o.SetPassword(passwordFile); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
+	for _, w := range rulesource.TrustWarnings(o.Redis, "--rules-source") {
+		log.Warn("RULES SOURCE OPEN TO THE NETWORK: " + w)
+	}
 	rulesource.SetClientLogger(log)
 	s := &ruleSource{opts: o, log: log, stateDir: stateDir, store: rulesource.Open(o)}
 	s.version.Store(-1)

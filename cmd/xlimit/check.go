@@ -10,18 +10,26 @@ import (
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/fleet"
 	"github.com/xlimit/xlimit/userspace/lockout"
+	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
 func cmdCheck(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "check", "FILE",
 		"Validate a rules file without touching the kernel. Prints every problem as\n"+
 			"FILE:LINE: field: problem and exits 1 when there is any.")
+	source := fs.String("rules-source", "", "also check the --rules-source URL the daemons follow: warn when Redis is open to the network")
+	passwordFile := fs.String("rules-source-password-file", "", "the rules source's password file (default: $"+rulesource.PasswordEnv+")")
+	fleetURL := fs.String("fleet", "", "also check the --fleet URL: warn when Redis is open to the network")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: want exactly one FILE", errUsage)
+	}
+	if err := checkStores(e, *source, *passwordFile, *fleetURL); err != nil {
+		return err
 	}
 	file := fs.Arg(0)
 	// A large document takes its time: SIGINT and SIGTERM stop it at once.
@@ -98,5 +106,33 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	fmt.Fprintf(e.stdout, "%s: ok (%d rules)\n", file, len(cfg.Rules))
+	return nil
+}
+
+// checkStores checks the URLs of the rules source and the fleet store, if
+// given, and warns about a Redis open to the network (docs/fleet.md,
+// "Trust").
+func checkStores(e *env, source, passwordFile, fleetURL string) error {
+	if source != "" {
+		o, err := rulesource.ParseURL(source)
+		if err != nil {
+			return fmt.Errorf("%w: --rules-source: %v", errUsage, err)
+		}
+		if err := o.SetPassword(passwordFile); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		for _, w := range rulesource.TrustWarnings(o.Redis, "--rules-source") {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+	}
+	if fleetURL != "" {
+		o, err := fleet.ParseURL(fleetURL)
+		if err != nil {
+			return fmt.Errorf("%w: --fleet: %v", errUsage, err)
+		}
+		for _, w := range rulesource.TrustWarnings(o.Redis, "--fleet") {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+	}
 	return nil
 }
