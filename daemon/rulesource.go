@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,11 +80,14 @@ func (s *ruleSource) startup(ctx context.Context, prepare func(document) (*prepa
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	doc, ok, err := s.store.Read(rctx)
 	cancel()
+	why := "" // why the store's document is not the one run: shown as the rules' source
 	switch {
 	case err != nil:
 		s.log.Error("RULES SOURCE UNREACHABLE at start; retrying in the background", "source", o, "err", err)
+		why = "the rules source is unreachable"
 	case !ok:
 		s.log.Warn("the rules source holds no rules yet; push them with 'xlimit rules push'", "source", o, "key", o.Key)
+		why = "the rules source holds no rules"
 	default:
 		p, err := prepare(s.document(doc))
 		if err == nil {
@@ -95,11 +99,16 @@ func (s *ruleSource) startup(ctx context.Context, prepare func(document) (*prepa
 		}
 		s.invalid++
 		s.log.Error("the rules source's document is invalid; it is not applied", "source", o, "version", doc.Version, "err", err)
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		if len(first) > 200 {
+			first = first[:200] + "…"
+		}
+		why = fmt.Sprintf("the rules source's version %d is invalid: %s", doc.Version, first)
 	}
 
 	text, err := config.ReadFile(lastGood)
 	if err == nil {
-		p, perr := prepare(document{origin: FromSnapshot, name: lastGood, label: lastGood, text: text})
+		p, perr := prepare(document{origin: FromSnapshot, name: lastGood, label: lastGood + " (local snapshot: " + why + ")", text: text})
 		if perr == nil {
 			// Seeded without a version: the store's first answer is handed
 			// over even when it is this very document, so that the rules
