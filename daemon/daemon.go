@@ -99,7 +99,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	if g := readGuard(d.opts.Config, d.log); g != nil { // guard.go
+	if g := readGuard(d.opts.Config, d.opts.StateDir, d.log); g != nil { // guard.go
 		d.guard.Store(g)
 	}
 	// The startup document may be large: SIGTERM must not wait for it.
@@ -168,7 +168,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	d.loop.SetSampler(&d.signals)
 	d.loop.SetOutcomes(&d.signals)
 
-	f, err := openFleet(d.opts.Fleet, d.opts.NodeName, d.loop.Period(), d.opts.Clock, d.log) // fleet.go
+	f, err := openFleet(d.opts.Fleet, d.opts.NodeName, d.opts.StateDir, d.loop.Period(), d.opts.Clock, d.log) // fleet.go
 	if err != nil {
 		return err
 	}
@@ -194,6 +194,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		m.startReverts(d.rules.startReverts)
 		m.collector.SetQueues(d.queues.stats)
 		m.collector.SetFleet(d.fleet.metrics)
+		if d.fleet != nil {
+			m.collector.SetFleetHealth(d.fleet.health)
+		}
 	}
 	defer d.fleet.run(ctx)()
 	defer d.src.start(ctx, d.metrics)() // rulesource.go

@@ -80,6 +80,7 @@ func (pl *pipeline) commit(p *prepared) error {
 	switch p.doc.origin { // the rules file's guard, over the documents from elsewhere (guard.go)
 	case FromFile, FromWatch, FromSIGHUP, FromBootstrap:
 		pl.guard.Store(guardOf(p.cfg))
+		saveGuard(pl.opts.StateDir, p.doc.text, pl.log) // guard.go
 	}
 	pl.record.set(p.doc.text, p.doc.label, p.specs)
 	for _, w := range p.cfg.Warnings {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ type ruleSource struct {
 	store    *rulesource.Redis
 	src      *rulesource.Source
 	seed     rulesource.Document // the document in force at start
+	seedFrom string              // the store instance of the snapshot's version ("" unknown)
 	invalid  int                 // documents rejected at start, before metrics existed
 	version  atomic.Int64        // version of the source's document in force; -1 unknown
 }
@@ -47,6 +49,8 @@ type sourceMeta struct {
 	Source  string `json:"source"`
 	Version int64  `json:"version"`
 	SHA256  string `json:"sha256"`
+	// Store is the store instance (Redis run_id) the version counts on.
+	Store string `json:"store,omitempty"`
 }
 
 // openRuleSource opens the rules source of --rules-source (url, with the
@@ -58,6 +62,9 @@ func openRuleSource(url, passwordFile, stateDir string, log *slog.Logger) (*rule
 	}
 	if err := o.SetPassword(passwordFile); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	for _, w := range rulesource.TrustWarnings(o.Redis, "--rules-source") {
+		log.Warn("RULES SOURCE OPEN TO THE NETWORK: " + w)
 	}
 	rulesource.SetClientLogger(log)
 	s := &ruleSource{opts: o, log: log, stateDir: stateDir, store: rulesource.Open(o)}
@@ -73,11 +80,14 @@ func (s *ruleSource) startup(ctx context.Context, prepare func(document) (*prepa
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	doc, ok, err := s.store.Read(rctx)
 	cancel()
+	why := "" // why the store's document is not the one run: shown as the rules' source
 	switch {
 	case err != nil:
 		s.log.Error("RULES SOURCE UNREACHABLE at start; retrying in the background", "source", o, "err", err)
+		why = "the rules source is unreachable"
 	case !ok:
 		s.log.Warn("the rules source holds no rules yet; push them with 'xlimit rules push'", "source", o, "key", o.Key)
+		why = "the rules source holds no rules"
 	default:
 		p, err := prepare(s.document(doc))
 		if err == nil {
@@ -89,17 +99,24 @@ func (s *ruleSource) startup(ctx context.Context, prepare func(document) (*prepa
 		}
 		s.invalid++
 		s.log.Error("the rules source's document is invalid; it is not applied", "source", o, "version", doc.Version, "err", err)
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		if len(first) > 200 {
+			first = first[:200] + "…"
+		}
+		why = fmt.Sprintf("the rules source's version %d is invalid: %s", doc.Version, first)
 	}
 
 	text, err := config.ReadFile(lastGood)
 	if err == nil {
-		p, perr := prepare(document{origin: FromSnapshot, name: lastGood, label: lastGood, text: text})
+		p, perr := prepare(document{origin: FromSnapshot, name: lastGood, label: lastGood + " (local snapshot: " + why + ")", text: text})
 		if perr == nil {
 			// Seeded without a version: the store's first answer is handed
 			// over even when it is this very document, so that the rules
 			// are then shown as the source's.
 			s.seed = rulesource.NewDocument(text, -1)
-			s.version.Store(s.snapshotVersion(text))
+			v, from := s.snapshotVersion(text)
+			s.version.Store(v)
+			s.seedFrom = from
 			s.log.Warn("RUNNING THE LOCAL SNAPSHOT OF THE RULES until the rules source answers", "file", lastGood, "version", s.version.Load())
 			return p, nil
 		}
@@ -135,8 +152,13 @@ func (s *ruleSource) start(ctx context.Context, m *metricsServer) (stop func()) 
 	}
 	s.src = rulesource.New(s.store, rulesource.Config{Resync: s.opts.Resync, Name: s.opts.String(), Logger: s.log})
 	s.src.Seed(s.seed)
-	// The versions only move forward, from the snapshot's on.
-	s.src.SeedVersion(max(s.seed.Version, s.version.Load()))
+	// The versions only move forward on one store instance, from the
+	// snapshot's on.
+	if s.seed.Version >= 0 {
+		s.src.SeedVersion(s.seed.Version, s.seed.Store)
+	} else {
+		s.src.SeedVersion(s.version.Load(), s.seedFrom)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -213,7 +235,7 @@ func (s *ruleSource) state() metrics.RulesSource {
 
 // saveMeta records which document the snapshot is (after saveLastGood).
 func (s *ruleSource) saveMeta(doc rulesource.Document) {
-	data, err := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256})
+	data, err := json.Marshal(sourceMeta{Source: s.opts.String(), Version: doc.Version, SHA256: doc.SHA256, Store: doc.Store})
 	if err == nil {
 		err = durable.WriteFile(filepath.Join(s.stateDir, sourceMetaFile), data, 0o600)
 	}
@@ -222,15 +244,16 @@ func (s *ruleSource) saveMeta(doc rulesource.Document) {
 	}
 }
 
-// snapshotVersion is the version recorded for the snapshot text, or -1.
-func (s *ruleSource) snapshotVersion(text []byte) int64 {
+// snapshotVersion is the version recorded for the snapshot text, or -1,
+// and the store instance it counts on ("" unknown).
+func (s *ruleSource) snapshotVersion(text []byte) (int64, string) {
 	data, err := os.ReadFile(filepath.Join(s.stateDir, sourceMetaFile))
 	if err != nil {
-		return -1
+		return -1, ""
 	}
 	var m sourceMeta
 	if json.Unmarshal(data, &m) != nil || m.SHA256 != rulesource.NewDocument(text, 0).SHA256 {
-		return -1
+		return -1, ""
 	}
-	return m.Version
+	return m.Version, m.Store
 }

@@ -287,3 +287,59 @@ func TestFleetMixedIntervals(t *testing.T) {
 	}
 	t.Logf("e2e fleet mixed: the fullest 1 s window (from %v) admitted %.3f of budget + 5 %%", worstAt, worst)
 }
+
+// TestFleetSameNodeName: three hosts, two of them given one node name
+// (cloned images), all flooded, share a budget of 3000/s: the total stays
+// within 5 % of it, as each host is a member of its own (NODE/INSTANCE,
+// the instance id in its state directory) and none reports a conflict
+// (issue 41, M4: 1506 + 1500 + 1501 = 4507/s).
+func TestFleetSameNodeName(t *testing.T) {
+	requireRoot(t)
+	r := startRedis(t)
+	fleetURL := "unix://" + r.sock
+	names := []string{"web", "web", "db"}
+	envs := make([]*env, 3)
+	udps := make([]*lab.UDPCounter, 3)
+	clients := make([]*api.Client, 3)
+	for i := range envs {
+		e := newEnv(t)
+		e.startDaemon(e.writeRules("fleet.yaml", fleetRules()), "--fleet", fleetURL, "--node-name", names[i])
+		udps[i], _ = e.services(false)
+		clients[i] = api.NewClient(filepath.Join(e.dir, "api.sock"))
+		t.Cleanup(clients[i].Close)
+		envs[i] = e
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const offered = 4500.0
+	t0 := time.Now()
+	var waits []func() lab.FloodResult
+	for _, e := range envs {
+		waits = append(waits, e.flood(ctx, false, offered, 8*time.Second))
+	}
+	time.Sleep(time.Until(t0.Add(7 * time.Second)))
+	total, rates := 0.0, make([]float64, 3)
+	for i, u := range udps {
+		rates[i] = rateBetween(u, t0.Add(3*time.Second), t0.Add(7*time.Second))
+		total += rates[i]
+	}
+	for _, w := range waits {
+		w()
+	}
+	var nodes []string
+	for i, c := range clients {
+		rep, err := c.Status(ctx)
+		if err != nil || rep.Fleet == nil {
+			t.Fatalf("host %d: status %v", i, err)
+		}
+		nodes = append(nodes, rep.Fleet.Node)
+		if rep.Fleet.MemberConflicts != 0 {
+			t.Errorf("host %d (%s): %d member conflicts, want none", i, rep.Fleet.Node, rep.Fleet.MemberConflicts)
+		}
+	}
+	t.Logf("e2e fleet hosts web, web, db (members %s), each offered %.0f/s: admitted %.0f + %.0f + %.0f = %.0f/s (budget %d)",
+		strings.Join(nodes, " "), offered, rates[0], rates[1], rates[2], total, fleetBudget)
+	if total > fleetBudget*1.05 {
+		t.Errorf("two hosts of one name: total %.0f/s, above the budget %d + 5 %%", total, fleetBudget)
+	}
+}

@@ -541,3 +541,111 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// peakRSS is a process's peak resident memory (VmHWM), in bytes.
+func peakRSS(t testing.TB, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	}
+	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return kb << 10
+}
+
+// TestRedisCostlyDocumentAtStart: a document that costs more to parse than
+// a daemon's memory (3 MiB of flow-style YAML: about 300 MiB of heap, over
+// the DaemonSet's limit of 256 MiB), written straight into the key, is
+// refused at start in bounded memory; the daemon runs its snapshot and
+// says why (log, GET /v1/rules, the reload failure counter) instead of
+// being OOM-killed on every restart (issue 41, M2).
+func TestRedisCostlyDocumentAtStart(t *testing.T) {
+	requireRoot(t)
+	r := startRedis(t)
+	h := &fleetHost{e: newEnv(t)}
+	r.push(t, h.e, rateRules(1500))
+	h.start(t, r.url(""), "--metrics-addr", "127.0.0.1:9542")
+	converged(t, []*fleetHost{h}, 1500, 1, time.Now(), 5*time.Second)
+	h.d.kill()
+
+	doc := "rules: [" + strings.Repeat("a,", 3<<19) + "a]\n"
+	if _, err := r.do("SET", "xlimit:rules", doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.do("INCR", "xlimit:rules:version"); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t, r.url(""), "--metrics-addr", "127.0.0.1:9542")
+	peak := peakRSS(t, h.d.cmd.Process.Pid)
+	t.Logf("e2e costly document: a daemon started on %d MiB of flow YAML in the key: peak RSS %d MiB", len(doc)>>20, peak>>20)
+	for _, want := range []string{"the rules source's document is invalid", "YAML nodes", "RUNNING THE LOCAL SNAPSHOT"} {
+		if !strings.Contains(h.d.Log(), want) {
+			t.Errorf("the daemon did not log %q:\n%.3000s", want, h.d.Log())
+		}
+	}
+	if got := ruleRate(t, h.e); !within(got, 1500, 1e-9) {
+		t.Errorf("rate in force %v, want the snapshot's 1500", got)
+	}
+	if doc, err := h.api.Rules(context.Background()); err != nil || !strings.Contains(doc.Source, "version 2 is invalid") {
+		t.Errorf("GET /v1/rules: source %q (%v), want it to say why the snapshot runs", doc.Source, err)
+	}
+	if m := scrape(t, h.e); !regexp.MustCompile(`xlimit_config_reloads_total\{result="failure"\} [1-9]`).MatchString(m) {
+		t.Errorf("no reload failure counted:\n%s", grepLines(m, "reload"))
+	}
+	if peak > 128<<20 {
+		t.Errorf("peak RSS %d MiB: the document was parsed, not refused by its cost", peak>>20)
+	}
+}
+
+// TestRedisStoreRestartConverges: Redis restarted without persistence, and
+// Redis restored from an older state (as a lagging replica promoted),
+// count their versions again from what they hold: every running daemon
+// takes the next push, within 5 s, instead of refusing it as older than
+// the version it saw last (issue 41, M3: the fleet split).
+func TestRedisStoreRestartConverges(t *testing.T) {
+	requireRoot(t)
+	r := startRedis(t)
+	hosts := []*fleetHost{{e: newEnv(t)}, {e: newEnv(t)}, {e: newEnv(t)}}
+	for i, rate := range []int{2000, 1500, 1800} {
+		r.push(t, hosts[0].e, rateRules(rate))
+		if i == 0 {
+			for _, h := range hosts {
+				h.start(t, r.url(""))
+			}
+		}
+	}
+	converged(t, hosts, 1800, 3, time.Now(), 5*time.Second)
+
+	// Restarted without persistence: empty, the next push is version 1.
+	r.stop()
+	r.start()
+	time.Sleep(6 * time.Second) // every daemon reconnected (backoff up to 5 s)
+	t0 := time.Now()
+	r.push(t, hosts[0].e, rateRules(1200))
+	took := converged(t, hosts, 1200, 1, t0, 5*time.Second)
+	t.Logf("e2e redis restarted empty (v3 → v1): every host on the new document after %v", took)
+
+	// A saved state (version 1), then versions 2 and 3; Redis restarts on
+	// the saved state, as a replica that lagged would be promoted: the
+	// next push is version 2, below the 3 the daemons saw.
+	if _, err := r.do("SAVE"); err != nil {
+		t.Fatal(err)
+	}
+	r.push(t, hosts[0].e, rateRules(1300))
+	r.push(t, hosts[0].e, rateRules(1400))
+	converged(t, hosts, 1400, 3, time.Now(), 5*time.Second)
+	r.stop()
+	r.start()
+	if v := r.version(t); v != 1 {
+		t.Fatalf("Redis restarted on its saved state holds version %d, want 1", v)
+	}
+	time.Sleep(6 * time.Second)
+	t0 = time.Now()
+	r.push(t, hosts[0].e, rateRules(1100))
+	took = converged(t, hosts, 1100, 2, t0, 5*time.Second)
+	t.Logf("e2e redis restored from an older state (v3 → v2): every host on the new document after %v", took)
+}

@@ -12,7 +12,9 @@ import (
 	"github.com/xlimit/xlimit/loader/preflight"
 	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/fleet"
 	"github.com/xlimit/xlimit/userspace/lockout"
+	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
 func cmdCheck(ctx context.Context, e *env, args []string) error {
@@ -23,7 +25,13 @@ func cmdCheck(ctx context.Context, e *env, args []string) error {
 			"(native mode, XDP_TX) and what to change (docs/kernels.md).")
 	ifaces := fs.StringArray("iface", nil, "interface whose driver preflight to print (repeatable)")
 	xdpMode := fs.String("xdp-mode", "auto", "the attach mode run would use: auto, native or generic")
+	source := fs.String("rules-source", "", "also check the --rules-source URL the daemons follow: warn when Redis is open to the network")
+	passwordFile := fs.String("rules-source-password-file", "", "the rules source's password file (default: $"+rulesource.PasswordEnv+")")
+	fleetURL := fs.String("fleet", "", "also check the --fleet URL: warn when Redis is open to the network")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkStores(e, *source, *passwordFile, *fleetURL); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 && len(*ifaces) > 0 {
@@ -133,6 +141,34 @@ func printPreflights(e *env, ifaces []string, mode loader.Mode, answering []stri
 		}
 		if !d.XDPTx && len(answering) > 0 {
 			fmt.Fprintf(e.stderr, "warning: %s: XDP_TX avoided: rules %s answer nothing from XDP here: their SYN cookies are the kernel's own (net.ipv4.tcp_syncookies), their refused SYNs are dropped without a reset\n", iface, strings.Join(answering, ", "))
+		}
+	}
+	return nil
+}
+
+// checkStores checks the URLs of the rules source and the fleet store, if
+// given, and warns about a Redis open to the network (docs/fleet.md,
+// "Trust").
+func checkStores(e *env, source, passwordFile, fleetURL string) error {
+	if source != "" {
+		o, err := rulesource.ParseURL(source)
+		if err != nil {
+			return fmt.Errorf("%w: --rules-source: %v", errUsage, err)
+		}
+		if err := o.SetPassword(passwordFile); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		for _, w := range rulesource.TrustWarnings(o.Redis, "--rules-source") {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+	}
+	if fleetURL != "" {
+		o, err := fleet.ParseURL(fleetURL)
+		if err != nil {
+			return fmt.Errorf("%w: --fleet: %v", errUsage, err)
+		}
+		for _, w := range rulesource.TrustWarnings(o.Redis, "--fleet") {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
 		}
 	}
 	return nil

@@ -105,3 +105,21 @@ func TestCheckWarnsSSHD(t *testing.T) {
 		t.Errorf("check with the port managed: code %d, stderr %q", code, errOut)
 	}
 }
+
+// TestCheckWarnsOpenRedis: check --rules-source/--fleet warns about a
+// Redis on the network without a password or TLS, and not about a unix
+// socket (issue 41, lower).
+func TestCheckWarnsOpenRedis(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte("rules: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runCLI(t, "check", "--rules-source", "redis://10.0.0.5:6379", "--fleet", "redis://10.0.0.5:6379", file)
+	if code != 0 || strings.Count(errOut, "without a password") != 2 || strings.Count(errOut, "without TLS") != 2 {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	code, _, errOut = runCLI(t, "check", "--rules-source", "unix:///run/redis.sock", file)
+	if code != 0 || strings.Contains(errOut, "warning") {
+		t.Fatalf("a unix socket: exit %d, stderr:\n%s", code, errOut)
+	}
+}

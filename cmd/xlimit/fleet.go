@@ -30,8 +30,14 @@ func printFleet(w io.Writer, f *api.FleetStatus) {
 		up = "DOWN"
 	}
 	fmt.Fprintf(w, "fleet: node %s, store %s (%s)\n", f.Node, f.Store, up)
+	if f.MemberConflicts > 0 {
+		fmt.Fprintf(w, "  ANOTHER DAEMON REPORTS AS THIS MEMBER (%d checks): give each host its own --node-name and state directory\n", f.MemberConflicts)
+	}
 	for _, r := range f.Rules {
 		fmt.Fprintf(w, "  %-20s key %-16s share %9.1f/s  demand %9.1f/s  %-13s lease age %5.2fs  hosts %d\n",
 			r.Rule, r.Key, r.Share, r.Demand, r.State, r.LeaseAgeSeconds, r.Hosts)
+	}
+	if f.BudgetMismatches > 0 {
+		fmt.Fprintf(w, "  BUDGET MISMATCH: the hosts of a fleet key carry other budgets (%d allocations)\n", f.BudgetMismatches)
 	}
 }

@@ -22,6 +22,9 @@ func Parse(file string, data []byte) (cfg *Config, err error) {
 	if err := checkSize(file, int64(len(data))); err != nil {
 		return nil, err
 	}
+	if err := checkNodes(file, data); err != nil {
+		return nil, err
+	}
 	p := &parser{file: file, maxVisits: maxVisitsFloor + maxVisitsPerByte*len(data)}
 	defer func() {
 		// The YAML parser is third-party code; whatever it does, Parse

@@ -113,6 +113,10 @@ type Status struct {
 	Hosts    int           // hosts known in the allocation (this one included); 0 unknown
 	Epoch    int64         // the key's epoch of the lease in force (or of the last answer)
 	Interval time.Duration // the key's epoch length in the last answer; 0 before one
+	// StoreBudget is the budget the store divided in the last allocation
+	// this host was in; 0 before one. Another than the rule's Budget is
+	// a mismatch between hosts (counted in BudgetMismatches).
+	StoreBudget float64
 }
 
 type ruleState struct {
@@ -150,6 +154,8 @@ type ruleState struct {
 	// reportedOn: the host reported in it.
 	reported   int64
 	reportedOn string
+	// storeBudget is the budget of the last allocation this host was in.
+	storeBudget float64
 }
 
 // Host is one host's side of the fleet sharing. It is safe for concurrent
@@ -183,6 +189,9 @@ type Host struct {
 	tmax      time.Duration // the longest epoch of the last two minutes (and Interval)
 	tmaxAt    time.Time
 	steps     uint64
+	// mismatches counts the allocations of another budget than the
+	// rule's (a host of the key with another budget).
+	mismatches uint64
 }
 
 // NewHost returns the Host of node.
@@ -374,6 +383,10 @@ func (h *Host) Apply(sent, recv time.Time, reps []Report, ans Answer) error {
 			continue
 		}
 		r.hosts = ra.Alloc.Hosts
+		if ra.Alloc.Hosts > 0 && ra.Alloc.Budget != r.Budget && !(r.leased && r.server == ans.Server && r.epoch == ra.Seq) {
+			h.mismatches++ // once an epoch
+		}
+		r.storeBudget = ra.Alloc.Budget
 		share := ra.Alloc.Share(ra.Demand)
 		if ra.Alloc.Budget > r.Budget && ra.Alloc.Budget > 0 {
 			share *= r.Budget / ra.Alloc.Budget // an allocation of a larger budget than this host's
@@ -497,7 +510,7 @@ func (h *Host) Status(now time.Time) []Status {
 		if state != StateLeased && h.failed {
 			state = StateStoreLost
 		}
-		st := Status{Rule: r.Name, Key: r.Key, Share: rate, Demand: r.demand, State: state, Hosts: r.hosts, Epoch: r.epoch, Interval: r.interval}
+		st := Status{Rule: r.Name, Key: r.Key, Share: rate, Demand: r.demand, State: state, Hosts: r.hosts, Epoch: r.epoch, Interval: r.interval, StoreBudget: r.storeBudget}
 		if state == StateLeased {
 			st.LeaseAge = now.Sub(r.granted)
 		}
@@ -575,4 +588,14 @@ func (h *Host) Up() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calls > 0 && !h.failed
+}
+
+// BudgetMismatches counts the allocations (one an epoch) of another budget
+// than this host's rule carries: the hosts of a fleet key disagree on its
+// budget (a typo on one host), and the allocation is the budget of
+// whichever host started the epoch (docs/fleet.md).
+func (h *Host) BudgetMismatches() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mismatches
 }

@@ -373,3 +373,22 @@ func parseAlloc(s string) (Alloc, error) {
 	}
 	return a, nil
 }
+
+// claimScript records a member's reporter and returns the one before.
+// KEYS: the member key. ARGV: nonce, ttl in ms.
+var claimScript = redis.NewScript(`
+local prev = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return prev or ''
+`)
+
+// Claim implements Claimer: the key PREFIX:member:ID holds the nonce of
+// the member's last reporter for ttl.
+func (s *RedisStore) Claim(ctx context.Context, id, nonce string, ttl time.Duration) (string, error) {
+	c := s.client.Load()
+	prev, err := claimScript.Run(ctx, c, []string{s.opts.Prefix + ":member:" + id}, nonce, ttl.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("claim fleet member %s: %w", id, err)
+	}
+	return prev, nil
+}

@@ -41,6 +41,7 @@ type MemStore struct {
 	interval time.Duration
 	keys     map[string]*keyEpoch
 	server   string
+	claims   map[string]memClaim
 	// Commands counts the Redis commands the script would have run;
 	// Calls the exchanges.
 	Commands, Calls uint64
@@ -154,4 +155,25 @@ func (m *MemStore) allocate(k *keyEpoch, e int64, budget float64) Alloc {
 		budget = 0
 	}
 	return Allocate(budget, ds)
+}
+
+type memClaim struct {
+	nonce   string
+	expires int64 // ms
+}
+
+// Claim implements Claimer.
+func (m *MemStore) Claim(_ context.Context, id, nonce string, ttl time.Duration) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now().UnixMilli()
+	if m.claims == nil {
+		m.claims = map[string]memClaim{}
+	}
+	prev := ""
+	if c, ok := m.claims[id]; ok && now < c.expires {
+		prev = c.nonce
+	}
+	m.claims[id] = memClaim{nonce, now + ttl.Milliseconds()}
+	return prev, nil
 }

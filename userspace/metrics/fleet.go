@@ -18,10 +18,22 @@ type FleetRule struct {
 // FleetStates are the values of xlimit_fleet_state's state label.
 var FleetStates = []string{"leased", "not_contacted", "new", "store_lost", "lease_expired"}
 
+// FleetHealth counts what the fleet members disagree on (docs/fleet.md).
+type FleetHealth struct {
+	// MemberConflicts counts the checks that found another daemon
+	// reporting as this fleet member (NODE/INSTANCE).
+	MemberConflicts uint64
+	// BudgetMismatches counts the allocations (one an epoch) of another
+	// budget than this host's rule carries.
+	BudgetMismatches uint64
+}
+
 type fleetMetrics struct {
 	share, demand, leaseAge, state, hosts *prometheus.Desc
+	conflicts, mismatches                 *prometheus.Desc
 	mu                                    sync.Mutex
 	rules                                 func() []FleetRule // nil: no --fleet
+	health                                func() FleetHealth // nil: no --fleet
 }
 
 func newFleetMetrics() *fleetMetrics {
@@ -32,6 +44,10 @@ func newFleetMetrics() *fleetMetrics {
 		leaseAge: prometheus.NewDesc("xlimit_fleet_lease_age_seconds", "Age of the lease in force of a fleet rule; 0 without one.", l, nil),
 		state:    prometheus.NewDesc("xlimit_fleet_state", "1 for the state of a fleet rule: leased, or a fallback (not_contacted, new, store_lost, lease_expired).", append(l, "state"), nil),
 		hosts:    prometheus.NewDesc("xlimit_fleet_hosts", "Hosts in the fleet rule's allocation, this one included; 0 unknown.", l, nil),
+		conflicts: prometheus.NewDesc("xlimit_fleet_member_conflicts_total",
+			"Checks that found another daemon reporting as this fleet member (NODE/INSTANCE): their demands merge and each takes a whole share.", nil, nil),
+		mismatches: prometheus.NewDesc("xlimit_fleet_budget_mismatches_total",
+			"Fleet allocations (one an epoch) of another budget than this host's rule carries: the hosts of a key disagree on its budget.", nil, nil),
 	}
 }
 
@@ -42,16 +58,29 @@ func (c *Collector) SetFleet(fn func() []FleetRule) {
 	c.fleet.mu.Unlock()
 }
 
+// SetFleetHealth gives the collector the fleet's counters to read at each
+// scrape.
+func (c *Collector) SetFleetHealth(fn func() FleetHealth) {
+	c.fleet.mu.Lock()
+	c.fleet.health = fn
+	c.fleet.mu.Unlock()
+}
+
 func (f *fleetMetrics) describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{f.share, f.demand, f.leaseAge, f.state, f.hosts} {
+	for _, d := range []*prometheus.Desc{f.share, f.demand, f.leaseAge, f.state, f.hosts, f.conflicts, f.mismatches} {
 		ch <- d
 	}
 }
 
 func (f *fleetMetrics) collect(ch chan<- prometheus.Metric) {
 	f.mu.Lock()
-	fn := f.rules
+	fn, health := f.rules, f.health
 	f.mu.Unlock()
+	if health != nil {
+		h := health()
+		ch <- prometheus.MustNewConstMetric(f.conflicts, prometheus.CounterValue, float64(h.MemberConflicts))
+		ch <- prometheus.MustNewConstMetric(f.mismatches, prometheus.CounterValue, float64(h.BudgetMismatches))
+	}
 	if fn == nil {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,8 +36,51 @@ func (r *Redis) Close() error { return r.client.Close() }
 const MaxDocumentBytes = 16 << 20
 
 // Read implements Store: in one transaction, the key's existence, its
-// first MaxDocumentBytes+1 bytes at most, and its version.
+// first MaxDocumentBytes+1 bytes at most, and its version; and the
+// server's run_id (Document.Store) before and after it, which must agree
+// (a restart in between is an error: the next read tells).
 func (r *Redis) Read(ctx context.Context) (Document, bool, error) {
+	before, err := r.runID(ctx)
+	if err != nil {
+		return Document{}, false, err
+	}
+	doc, ok, err := r.read(ctx)
+	if err != nil {
+		return doc, ok, err
+	}
+	after, err := r.runID(ctx)
+	if err != nil {
+		return Document{}, false, err
+	}
+	if before != after {
+		return Document{}, false, fmt.Errorf("read %s: the server changed during the read (run_id %s, then %s)", r.opts.Key, before, after)
+	}
+	doc.Store = after
+	return doc, ok, nil
+}
+
+// runID is the server's run_id (INFO server): another after a restart,
+// another on a promoted replica. A server that refuses INFO (an ACL, a
+// renamed command) gives "": the store's instance is then unknown and
+// the versions only move forward (docs/fleet.md).
+func (r *Redis) runID(ctx context.Context) (string, error) {
+	info, err := r.client.Info(ctx, "server").Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read the server's run_id: %w", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}
+
+func (r *Redis) read(ctx context.Context) (Document, bool, error) {
 	var (
 		exists  *redis.IntCmd
 		text    *redis.StringCmd

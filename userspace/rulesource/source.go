@@ -16,6 +16,9 @@ type Document struct {
 	Text    []byte
 	Version int64  // KEY:version; 0 when absent (the key was set by hand)
 	SHA256  string // hex SHA-256 of Text
+	// Store names the store's instance the document was read from
+	// (Redis: its run_id): a restart or a failover changes it; "" unknown.
+	Store string
 }
 
 // NewDocument returns the document of text at version.
@@ -76,7 +79,9 @@ type Source struct {
 	missing bool   // the key was missing at the last read (logged once)
 	refused string // SHA-256 of the last document refused (logged once)
 
-	floor int64 // no version below this one is taken (SeedVersion)
+	floor      int64  // no version below this one is taken (SeedVersion)...
+	floorStore string // ...from this store instance ("" unknown: any)
+	otherStore string // the last store instance logged as new (logged once)
 }
 
 // New returns a Source over store.
@@ -111,22 +116,47 @@ func (s *Source) Seed(doc Document) {
 // SeedVersion tells the Source the version in force when it is known but
 // its document may not be the store's (the local snapshot): a document of
 // a lower version is then refused like one older than the last taken.
-// Call it before Run.
-func (s *Source) SeedVersion(v int64) { s.floor = v }
+// store is the store instance v was read from (Document.Store; "" when
+// unknown). Call it before Run.
+func (s *Source) SeedVersion(v int64, store string) { s.floor, s.floorStore = v, store }
+
+// sameStore reports whether two documents' store instances may be one:
+// equal, or one of them unknown.
+func sameStore(a, b string) bool { return a == "" || b == "" || a == b }
 
 // backwards is why doc does not move the version forward, or "". The
-// versions only move forward: a lower version is a stale replica, a
-// restored backup or a replay, and is refused. The same version with
-// other text is a key set by hand (docs/fleet.md) and is taken.
+// versions only move forward on one store instance: a lower version
+// there is a replay or a key set by hand, and is refused. The same
+// version with other text is a key set by hand (docs/fleet.md) and is
+// taken. Another instance (Redis restarted without its data, a replica
+// promoted: Document.Store changed) counts from its own versions: its
+// document is taken whatever its version, as a daemon starting then
+// would take it, so that the fleet does not split (issue 41, M3).
 func (s *Source) backwards(doc Document) string {
-	floor := s.floor
-	if s.hasLast {
-		floor = max(floor, s.last.Version)
+	floor, from := int64(-1), ""
+	if sameStore(s.floorStore, doc.Store) {
+		floor, from = s.floor, s.floorStore
+	}
+	if s.hasLast && sameStore(s.last.Store, doc.Store) && s.last.Version > floor {
+		floor, from = s.last.Version, s.last.Store
 	}
 	if doc.Version < floor {
-		return fmt.Sprintf("version %d is older than version %d, in force", doc.Version, floor)
+		return fmt.Sprintf("version %d is older than version %d, in force (store instance %q)", doc.Version, floor, from)
+	}
+	if known := s.knownStore(); known != "" && doc.Store != "" && doc.Store != known && s.otherStore != doc.Store {
+		s.otherStore = doc.Store
+		s.log.Warn("the rules store is another instance (restarted without its data, or failed over): its versions count from its own; its document is taken",
+			"store", doc.Store, "was", known, "version", doc.Version)
 	}
 	return ""
+}
+
+// knownStore is the store instance of the rules in force, or "".
+func (s *Source) knownStore() string {
+	if s.hasLast && s.last.Store != "" {
+		return s.last.Store
+	}
+	return s.floorStore
 }
 
 // Updates delivers every new document. Run blocks until each is received.

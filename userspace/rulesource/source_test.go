@@ -21,6 +21,7 @@ type fakeStore struct {
 	subs          []*fakeSub
 	subscribes    int
 	reads         int
+	server        string // Document.Store of every read
 }
 
 type fakeSub struct {
@@ -36,7 +37,9 @@ func (f *fakeStore) Read(ctx context.Context) (Document, bool, error) {
 	if f.readErr != nil {
 		return Document{}, false, f.readErr
 	}
-	return f.doc, f.exists, nil
+	d := f.doc
+	d.Store = f.server
+	return d, f.exists, nil
 }
 
 func (f *fakeStore) Subscribe(ctx context.Context) (Subscription, error) {
@@ -348,7 +351,7 @@ func TestSourceVersionsMoveForward(t *testing.T) {
 		seed := NewDocument([]byte("snapshot\n"), -1)
 		src := New(f, Config{Resync: 10 * time.Second})
 		src.Seed(seed)
-		src.SeedVersion(4)
+		src.SeedVersion(4, "")
 		ctx, cancel := context.WithCancel(context.Background())
 		c := &collect{}
 		done := make(chan struct{})
@@ -378,6 +381,62 @@ func TestSourceSizeCap(t *testing.T) {
 		synctest.Wait()
 		if len(c.docs) != 0 || src.Errors() != 1 || !src.Up() {
 			t.Fatalf("a document of %d bytes: delivered %v, errors %d, up %v", MaxDocumentBytes+1, c.versions(), src.Errors(), src.Up())
+		}
+	})
+}
+
+// TestSourceStoreRestart: the versions move forward on one store instance
+// only (issue 41, M3). A Redis restarted without persistence, or a
+// replica promoted, counts again from its own versions: a running Source
+// takes its document, as a daemon started then does, instead of refusing
+// every push until the counter passes the old value (a fleet split). On
+// the same instance, an older version is still refused.
+func TestSourceStoreRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{server: "run-a"}
+		f.Set("v12\n", 12)
+		src, c, stop := start(t, f, Config{Resync: 10 * time.Second}, nil)
+		defer stop()
+		synctest.Wait()
+		f.Publish("replay\n", 3) // the same instance: refused
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{12}) || src.Errors() != 1 {
+			t.Fatalf("an older version on the same store: delivered %v, errors %d; want [12], 1", c.versions(), src.Errors())
+		}
+		f.mu.Lock()
+		f.server, f.exists = "run-b", false // restarted, empty
+		f.mu.Unlock()
+		f.CutSubscriptions()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		f.Publish("new\n", 1) // the first push to the new instance
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{12, 1}) {
+			t.Fatalf("the first push after the store restarted: delivered %v, want [12 1]", c.versions())
+		}
+		f.Publish("replay\n", 0)
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{12, 1}) {
+			t.Fatalf("an older version on the new store: delivered %v, want [12 1]", c.versions())
+		}
+	})
+	// A daemon started from its snapshot (version 12 of store run-a) takes
+	// the document of another instance.
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeStore{server: "run-b"}
+		f.Set("new\n", 1)
+		src := New(f, Config{Resync: 10 * time.Second})
+		src.Seed(NewDocument([]byte("snapshot\n"), -1))
+		src.SeedVersion(12, "run-a")
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &collect{}
+		done := make(chan struct{})
+		go func() { src.Run(ctx); close(done) }()
+		go c.run(ctx, src)
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		if !slices.Equal(c.versions(), []int64{1}) {
+			t.Fatalf("version 1 of another store under a snapshot of version 12: delivered %v, want [1]", c.versions())
 		}
 	})
 }
