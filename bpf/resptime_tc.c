@@ -19,6 +19,7 @@
 #include "gen.h"
 #include "maps.h"
 #include "parse.h"
+#include "request.h"
 #include "resptime.h"
 #include "tc.h"
 #include "types.h"
@@ -77,8 +78,9 @@ int xlimit_tc_resptime(struct __sk_buff *skb)
 		return XL_TC_NEXT;
 	__u64 stamp = f->stamp_ns;
 	__u32 slot = f->slot;
-	if (data && stamp) {
-		f->stamp_ns = 0;
+	/* The response's first byte: the request is answered (and counted
+	 * out of flight, request.h), unless another CPU answered it first. */
+	if (data && xl_req_done(f, stamp, slot)) {
 		__u64 now = XL_NOW();
 		__u64 ns = now > stamp ? now - stamp : 0;
 		struct xl_resp_hist *h = bpf_map_lookup_elem(&xl_resp_hists, &slot);
@@ -91,6 +93,6 @@ int xlimit_tc_resptime(struct __sk_buff *skb)
 		}
 	}
 	if (fin)
-		bpf_map_delete_elem(&xl_resp_flows, &k);
+		xl_req_forget(&k);
 	return XL_TC_NEXT;
 }

@@ -234,7 +234,7 @@ func PinnedNames() []string {
 		xdpMapXlFrags, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits, xdpMapXlSrcFilter,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock, xdpMapXlCookieShare,
 		xdpMapXlCookieLink, xdpMapXlAnswerStats,
-		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,
+		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm, xdpMapXlRequests,
 	}
 }
 

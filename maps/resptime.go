@@ -20,11 +20,16 @@ import (
 
 // respMaps are the measures' maps of a Tables (nil in pins of an xlimit
 // from before them).
-type respMaps struct{ served, flows, hists *ebpf.Map }
+type respMaps struct {
+	served, flows, hists *ebpf.Map
+	// requests counts each rule's requests in flight (bpf/request.h); nil
+	// in pins of an xlimit from before it.
+	requests *ebpf.Map
+}
 
 func (o *Objects) respMaps() *respMaps {
 	m := &o.objs.xdpMaps
-	return &respMaps{served: m.XlServed, flows: m.XlRespFlows, hists: m.XlRespHists}
+	return &respMaps{served: m.XlServed, flows: m.XlRespFlows, hists: m.XlRespHists, requests: m.XlRequests}
 }
 
 // openRespMaps opens the pinned measures' maps of dir; nil when absent.
@@ -44,6 +49,12 @@ func openRespMaps(dir string, opts *ebpf.LoadPinOptions) (*respMaps, error) {
 		}
 		*m.dst = mp
 	}
+	if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlRequests), opts); err == nil {
+		r.requests = mp
+	} else if !errors.Is(err, os.ErrNotExist) {
+		r.close()
+		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlRequests, err)
+	}
 	return r, nil
 }
 
@@ -52,7 +63,7 @@ func (r *respMaps) close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []*ebpf.Map{r.served, r.flows, r.hists} {
+	for _, m := range []*ebpf.Map{r.served, r.flows, r.hists, r.requests} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -97,6 +108,24 @@ func (t *Tables) ResponseTimes(slot int) (dataplane.RespHist, error) {
 		sum.Add(&h)
 	}
 	return sum, nil
+}
+
+// ErrNoRequests is returned by Requests on pins from an xlimit before the
+// kernel counted requests in flight.
+var ErrNoRequests = errors.New("the pinned maps have no request count (xlimit before requests in flight)")
+
+// Requests returns a slot's requests as the kernel counts them
+// (bpf/request.h): in flight, from a request's first byte to its
+// response's first byte, and refused over the in-flight cap.
+func (t *Tables) Requests(slot int) (dataplane.Requests, error) {
+	if t.resp == nil || t.resp.requests == nil {
+		return dataplane.Requests{}, ErrNoRequests
+	}
+	var v xdpXlRequests
+	if err := t.resp.requests.Lookup(uint32(slot), &v); err != nil {
+		return dataplane.Requests{}, fmt.Errorf("read requests %d: %w", slot, err)
+	}
+	return dataplane.Requests{InFlight: v.InFlight, Refused: v.Refused}, nil
 }
 
 // Flow is a TCP flow whose request the kernel follows (xl_resp_flows), as

@@ -180,6 +180,12 @@ type resptimeXlPrefix struct {
 	Pad   uint32
 }
 
+type resptimeXlRequests struct {
+	_        structs.HostLayout
+	InFlight int64
+	Refused  uint64
+}
+
 type resptimeXlRespHist struct {
 	_       structs.HostLayout
 	Stamps  uint64
@@ -328,6 +334,7 @@ const (
 	resptimeMapXlPrefilter       = "xl_prefilter"
 	resptimeMapXlPrefix4         = "xl_prefix4"
 	resptimeMapXlPrefix6         = "xl_prefix6"
+	resptimeMapXlRequests        = "xl_requests"
 	resptimeMapXlResetBudget     = "xl_reset_budget"
 	resptimeMapXlRespFlows       = "xl_resp_flows"
 	resptimeMapXlRespHists       = "xl_resp_hists"
@@ -408,6 +415,7 @@ type resptimeMapSpecs struct {
 	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
+	XlRequests    *ebpf.MapSpec `ebpf:"xl_requests"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
 	XlRespFlows   *ebpf.MapSpec `ebpf:"xl_resp_flows"`
 	XlRespHists   *ebpf.MapSpec `ebpf:"xl_resp_hists"`
@@ -464,6 +472,7 @@ type resptimeMaps struct {
 	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
+	XlRequests    *ebpf.Map `ebpf:"xl_requests"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
 	XlRespFlows   *ebpf.Map `ebpf:"xl_resp_flows"`
 	XlRespHists   *ebpf.Map `ebpf:"xl_resp_hists"`
@@ -495,6 +504,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlPrefilter,
 		m.XlPrefix4,
 		m.XlPrefix6,
+		m.XlRequests,
 		m.XlResetBudget,
 		m.XlRespFlows,
 		m.XlRespHists,
