@@ -22,8 +22,19 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
+#include "maps.h"
 #include "resptime.h"
 #include "types.h"
+
+/* xl_flow.flags: a new request over the rule's cap on requests in flight
+ * (xl_limit.req_cap) marks its flow REFUSE at XDP, which passes it; the TC
+ * ingress program (request_tc.h) then resets the connection both ways and
+ * marks it REFUSED; a refused flow is never stamped again (the stack
+ * answers its stray segments with resets, and their RST forgets it). */
+enum xl_flow_flag {
+	XL_FLOW_REFUSE = 1,
+	XL_FLOW_REFUSED = 2,
+};
 
 /* A rule's requests (state). */
 struct xl_requests {
@@ -68,6 +79,28 @@ static __always_inline int xl_req_done(struct xl_flow *f, __u64 stamp, __u32 slo
 	if (!stamp || __sync_val_compare_and_swap(&f->stamp_ns, stamp, 0) != stamp)
 		return 0;
 	xl_req_add(slot, -1);
+	return 1;
+}
+
+/* Whether a new request of slot's rule (gen: the generation in force)
+ * is over the control loop's cap on its requests in flight: the loop's
+ * limit is the rule's (its epoch) and fresh (its deadline), and as many
+ * requests as the cap are in flight. Then the request is counted refused
+ * and its flow marked REFUSE. The read and the add that follows it are
+ * not one atomic step: CPUs starting requests at once can pass the cap by
+ * at most one each. */
+static __always_inline int xl_req_refuse(struct xl_flow *f, __u32 gen, __u32 slot, __u64 now)
+{
+	__u32 key = gen * XL_MAX_RULES + slot;
+	struct xl_rule *r = bpf_map_lookup_elem(&xl_rules, &key);
+	struct xl_limit *lim = bpf_map_lookup_elem(&xl_limits, &slot);
+	if (!r || !lim || !lim->req_cap || lim->epoch != r->epoch || now >= lim->deadline_ns)
+		return 0;
+	struct xl_requests *q = bpf_map_lookup_elem(&xl_requests, &slot);
+	if (!q || q->in_flight < (__s64)lim->req_cap)
+		return 0;
+	f->flags = XL_FLOW_REFUSE;
+	__sync_fetch_and_add(&q->refused, 1);
 	return 1;
 }
 

@@ -6,6 +6,10 @@
  * of each response counts. A FIN or a RST forgets the flow. It never
  * changes a packet and always lets the next program run (TCX_NEXT).
  *
+ * xlimit_tc_requests, at the interface's ingress, refuses the requests
+ * that the XDP program found over their rule's cap on requests in flight
+ * (request_tc.h).
+ *
  * A separate object from the XDP program, loaded with the XDP object's
  * maps, and attached to the interface's egress through a TCX link (Linux
  * 6.6); where the kernel has no TCX, rules with signal response_time are
@@ -20,6 +24,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "request.h"
+#include "request_tc.h"
 #include "resptime.h"
 #include "tc.h"
 #include "types.h"
@@ -95,4 +100,10 @@ int xlimit_tc_resptime(struct __sk_buff *skb)
 	if (fin)
 		xl_req_forget(&k);
 	return XL_TC_NEXT;
+}
+
+SEC("tc")
+int xlimit_tc_requests(struct __sk_buff *skb)
+{
+	return xl_req_ingress(skb);
 }

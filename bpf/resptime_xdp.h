@@ -106,8 +106,8 @@ __noinline int xl_resp_ingress(struct xdp_md *ctx, __u32 gen, __u64 rules, __u64
 	 * next on a kept-alive connection (request.h counts it in flight). */
 	struct xl_flow *f = bpf_map_lookup_elem(&xl_resp_flows, &k);
 	__u32 slot = xl_lowest_bit(mask);
-	if (f && f->stamp_ns)
-		return 0; /* more of a request, or a pipelined one */
+	if (f && (f->stamp_ns || f->flags))
+		return 0; /* more of a request, a pipelined one, or refused */
 	__u64 now = XL_NOW();
 	if (!f) {
 		/* Inserted unstamped, then stamped like any flow: a CPU that
@@ -118,6 +118,8 @@ __noinline int xl_resp_ingress(struct xdp_md *ctx, __u32 gen, __u64 rules, __u64
 		if (!f)
 			return 0;
 	}
+	if (xl_req_refuse(f, gen, slot, now))
+		return 0;
 	if (!xl_req_start(f, slot, now))
 		return 0; /* another CPU stamped it first */
 	struct xl_resp_hist *h = bpf_map_lookup_elem(&xl_resp_hists, &slot);

@@ -165,7 +165,31 @@ func (t *Tables) PendingRequests() (map[Flow]PendingRequest, error) {
 
 func ntohs(v uint16) uint16 { return v>>8 | v<<8 }
 
-// RespProgram is the loaded TC egress program of the response time.
+// LoadRequestProgram loads the TC ingress program that refuses the
+// requests over their rule's cap on requests in flight (bpf/request_tc.h),
+// over the XDP object's maps. fakeClock as Options.FakeClock.
+func (o *Objects) LoadRequestProgram(fakeClock bool) (*RespProgram, error) {
+	spec, err := loadResptime()
+	if err != nil {
+		return nil, fmt.Errorf("load request-refusal spec: %w", err)
+	}
+	prog, err := o.loadOverXDP(spec, "xlimit_tc_requests", "request-refusal", fakeClock, func(err error) error {
+		// A verifier's refusal is EACCES too: only one without its
+		// log is the missing capability.
+		var ve *ebpf.VerifierError
+		if errors.Is(err, os.ErrPermission) && !errors.As(err, &ve) {
+			return fmt.Errorf("load request-refusal program: %w: %s", errors.Unwrap(err), ErrCapabilities)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &RespProgram{prog: prog}, nil
+}
+
+// RespProgram is a loaded TC program of the response time's object: the
+// response timer at egress, the request refusal at ingress.
 type RespProgram struct{ prog *ebpf.Program }
 
 // Program returns the TC program.

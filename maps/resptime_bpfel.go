@@ -78,7 +78,7 @@ type resptimeXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
 	Slot    uint32
-	Pad     uint32
+	Flags   uint32
 }
 
 type resptimeXlFlowKey struct {
@@ -156,7 +156,7 @@ type resptimeXlLimit struct {
 	GateProbes uint32
 	GateRound  uint32
 	ConcCap    uint32
-	Pad        uint32
+	ReqCap     uint32
 }
 
 type resptimeXlLpm4Key struct {
@@ -347,6 +347,7 @@ const (
 	resptimeMapXlSrcScratch      = "xl_src_scratch"
 	resptimeMapXlSrcTable        = "xl_src_table"
 	resptimeMapXlStats           = "xl_stats"
+	resptimeProgXlimitTcRequests = "xlimit_tc_requests"
 	resptimeProgXlimitTcResptime = "xlimit_tc_resptime"
 	resptimeVarXlCfgFakeClock    = "xl_cfg_fake_clock"
 )
@@ -393,6 +394,7 @@ type resptimeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type resptimeProgramSpecs struct {
+	XlimitTcRequests *ebpf.ProgramSpec `ebpf:"xlimit_tc_requests"`
 	XlimitTcResptime *ebpf.ProgramSpec `ebpf:"xlimit_tc_resptime"`
 }
 
@@ -531,11 +533,13 @@ type resptimeVariables struct {
 //
 // It can be passed to loadResptimeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type resptimePrograms struct {
+	XlimitTcRequests *ebpf.Program `ebpf:"xlimit_tc_requests"`
 	XlimitTcResptime *ebpf.Program `ebpf:"xlimit_tc_resptime"`
 }
 
 func (p *resptimePrograms) Close() error {
 	return _ResptimeClose(
+		p.XlimitTcRequests,
 		p.XlimitTcResptime,
 	)
 }

@@ -151,7 +151,7 @@ type xdpXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
 	Slot    uint32
-	Pad     uint32
+	Flags   uint32
 }
 
 type xdpXlFlowKey struct {
@@ -240,7 +240,7 @@ type xdpXlLimit struct {
 	GateProbes uint32
 	GateRound  uint32
 	ConcCap    uint32
-	Pad        uint32
+	ReqCap     uint32
 }
 
 type xdpXlLpm4Key struct {
