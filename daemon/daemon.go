@@ -150,7 +150,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		// The kernel's per-rule handshakes and response times (measures.go).
 		if s, ok := host.(interface{ SetSources(xsignal.KernelSources) }); ok {
 			km := &kernelMeasures{attached: d.kernel.with}
-			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km})
+			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km, Requests: km})
 		}
 		d.rules.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
