@@ -149,31 +149,35 @@ static __always_inline int xl_req_swap(struct __sk_buff *skb, __u64 l3, __u64 l4
 	return 0;
 }
 
+/* What became of a refusal (xl_req_reset). */
+#define XL_REQ_DONE	 0 /* both resets made */
+#define XL_REQ_UNTOUCHED 1 /* the segment could not be cut: as it was */
+#define XL_REQ_BROKEN	 2 /* half rewritten: neither side's */
+
 /* Refuses the request whose first segment skb is (l3, l4: its IP and TCP
  * headers' offsets; seq, ack: its numbers, network order): the reset to
  * the client is sent, the skb becomes the reset to the service. Returns
- * the TC verdict: the reset passes on (XL_TC_NEXT); a segment that cannot
- * be rewritten passes as it was, and the service answers it. */
+ * an XL_REQ_ outcome. */
 static __always_inline int xl_req_reset(struct __sk_buff *skb, __u64 l3, __u64 l4, __u8 family,
 					__be32 seq, __be32 ack)
 {
 	__u32 len = l4 + sizeof(struct xl_tcphdr);
 	if (l4 > XL_REQ_L4_MAX)
-		return XL_TC_NEXT;
+		return XL_REQ_UNTOUCHED;
 	if (skb->len > len && bpf_skb_change_tail(skb, len, 0))
-		return XL_TC_NEXT;
+		return XL_REQ_UNTOUCHED;
 	if (bpf_skb_pull_data(skb, len))
-		return XL_TC_NEXT;
+		return XL_REQ_UNTOUCHED;
 	/* To the client: addresses swapped, at its next expected byte. */
 	if (xl_req_swap(skb, l3, l4, family) ||
 	    xl_req_write(skb, l3, l4, family, ack, 0, XL_REQ_RST))
-		return TC_ACT_SHOT; /* half rewritten: neither side's */
+		return XL_REQ_BROKEN;
 	bpf_clone_redirect(skb, skb->ifindex, 0);
 	/* To the service: addresses back, at the request's own byte. */
 	if (xl_req_swap(skb, l3, l4, family) ||
 	    xl_req_write(skb, l3, l4, family, seq, ack, XL_REQ_RST | XL_REQ_ACK))
-		return TC_ACT_SHOT;
-	return XL_TC_NEXT;
+		return XL_REQ_BROKEN;
+	return XL_REQ_DONE;
 }
 
 /* The TC ingress side of the refusal: a TCP segment of a flow the XDP
@@ -218,11 +222,18 @@ static __always_inline int xl_req_ingress(struct __sk_buff *skb)
 	__u64 l4 = (__u64)(long)tcp - base;
 	if (l4 > XL_REQ_L4_MAX || l3 > XL_REQ_L4_MAX)
 		return XL_TC_NEXT;
-	/* IPv4 with options is not rewritten: it passes, and its service
-	 * answers it (rare; counted refused all the same). */
+	/* IPv4 with options is not rewritten (rare): it passes, counted
+	 * refused all the same; so does a segment that could not be cut. The
+	 * flow is followed again, so its next request meets the cap. A
+	 * segment half rewritten is dropped: it is neither side's. */
+	int done = XL_REQ_UNTOUCHED;
 	if (pkt.family == 4 && l4 != l3 + sizeof(struct xl_iphdr))
-		return XL_TC_NEXT;
-	return xl_req_reset(skb, l3, l4, pkt.family, tcp->seq, tcp->ack_seq);
+		done = XL_REQ_UNTOUCHED;
+	else
+		done = xl_req_reset(skb, l3, l4, pkt.family, tcp->seq, tcp->ack_seq);
+	if (done == XL_REQ_UNTOUCHED)
+		f->flags = 0;
+	return done == XL_REQ_BROKEN ? TC_ACT_SHOT : XL_TC_NEXT;
 }
 
 #endif /* XLIMIT_REQUEST_TC_H */
