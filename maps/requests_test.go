@@ -353,3 +353,79 @@ func TestRequestRefusal(t *testing.T) {
 	}
 	want(4, 2, "two requests under no cap in force")
 }
+
+// TestRequestsEvicted turns the response-flow LRU (xl_resp_flows) over
+// with stamped flows in it: the evicted flows were never counted down, so
+// the kernel's count stays high until the reconciliation (the daemon's,
+// every few seconds) sets it to the stamped flows the LRU still holds.
+func TestRequestsEvicted(t *testing.T) {
+	h := newRespHarness(t,
+		dataplane.RuleSpec{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 1e6, Burst: 1e6, ResponseTime: true})
+	slot := h.slot(t, "web")
+	now := uint64(1000 * second)
+	step := func() uint64 { now += 1_000_000; return now }
+	pass := func(f []byte) {
+		t.Helper()
+		if ok, _ := h.run(t, f, step()); !ok {
+			t.Fatalf("frame dropped at %d", now)
+		}
+	}
+	const stamped = 64
+	for i := range stamped {
+		x := exchange{netip.AddrFrom4([4]byte{192, 0, 2, byte(i + 1)}), netip.MustParseAddr("10.9.0.1"), uint16(40000 + i), 80}
+		pass(x.request(synFlags, 0))
+		h.egress(t, x.response(synAckFlags, 0), step())
+		pass(x.request(ackFlags, 0))
+		pass(x.request(ackFlags|tcpPsh, 300)) // half a request: never answered
+	}
+	if got := h.requests(t, slot).InFlight; got != stamped {
+		t.Fatalf("%d requests in flight before the eviction, want %d", got, stamped)
+	}
+
+	// Turn the LRU over as an attacker would: twice as many new
+	// connections as it holds, each with half a request sent (stamped,
+	// never answered), through the XDP program.
+	const fill = 2 * 65536
+	for j := range fill {
+		x := exchange{netip.AddrFrom4([4]byte{198, byte(j >> 16), byte(j >> 8), byte(j)}), netip.MustParseAddr("10.9.0.1"), 1234, 80}
+		if ret, _ := h.kernelRunOut(t, x.request(ackFlags|tcpPsh, 100), step(), 1); ret != xdpPass {
+			t.Fatalf("attacker's request %d: XDP returned %d", j, ret)
+		}
+	}
+	left := stampedFlows(t, h, slot)
+	raw := h.requests(t, slot).InFlight
+	t.Logf("after the eviction: %d stamped flows left of %d stamped, the kernel counts %d in flight", left, stamped+fill, raw)
+	if left >= stamped+fill {
+		t.Fatalf("the LRU evicted no stamped flow (%d of %d left)", left, stamped+fill)
+	}
+
+	if _, err := h.tab.ReconcileRequests(); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if got := h.requests(t, slot).InFlight; got != left {
+		t.Errorf("after the reconciliation: %d requests in flight, want %d (the stamped flows left)", got, left)
+	}
+	// And once more, with nothing to correct: the count stays.
+	if _, err := h.tab.ReconcileRequests(); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if got := h.requests(t, slot).InFlight; got != left {
+		t.Errorf("after a second reconciliation: %d requests in flight, want %d", got, left)
+	}
+}
+
+// stampedFlows counts slot's flows with a request waiting.
+func stampedFlows(t *testing.T, h *respHarness, slot int) int64 {
+	t.Helper()
+	p, err := h.tab.PendingRequests()
+	if err != nil {
+		t.Fatalf("read pending requests: %v", err)
+	}
+	var n int64
+	for _, r := range p {
+		if r.StampNS != 0 && r.Slot == slot {
+			n++
+		}
+	}
+	return n
+}
