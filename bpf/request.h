@@ -11,10 +11,11 @@
  * request's XDP and the response's TC) never both count one transition.
  *
  * What the count misses: a stamped flow that the LRU evicts (a flood of
- * new flows past XL_RESP_FLOWS) is never counted down, so the count can
- * drift up by the evictions of stamped flows; the control law probes
- * upward while requests are in flight and no response comes
- * (userspace/control/requests.go), and docs/dataplane.md says so. */
+ * new flows past XL_RESP_FLOWS) is never counted down. The daemon
+ * reconciles every few seconds (maps.(*Tables).ReconcileRequests): it
+ * counts the stamped flows per rule in xl_resp_flows and adds the
+ * difference to in_flight by an atomic add on the mmapped map, so the
+ * drift lasts until the next sweep and never accumulates. */
 #ifndef XLIMIT_REQUEST_H
 #define XLIMIT_REQUEST_H
 
@@ -44,9 +45,11 @@ struct xl_requests {
 
 /* State. Key: slot. Value: the rule's requests in flight. A shared array,
  * not per-CPU: the cap compares one number, and it changes once per
- * request and once per response, by atomic adds. */
+ * request and once per response, by atomic adds. Mmappable: the daemon's
+ * reconciliation corrects in_flight by an atomic add too. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, XL_MAX_RULES);
 	__type(key, __u32);
 	__type(value, struct xl_requests);

@@ -217,6 +217,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	prepCtx, stopPrep := context.WithCancel(ctx)
 	defer stopPrep()
 	go d.rules.prep.run(prepCtx, d.rules.prepareDoc)
+	// The kernel's requests in flight, corrected for the LRU's evictions
+	// (reconcile.go).
+	go reconcileRequests(prepCtx, d.kernel.with, d.log)
 	// One goroutine owns the loop: ticks and reloads never interleave, and a
 	// stuck tick stops the watchdog pings.
 	tick := time.NewTicker(d.loop.Period())

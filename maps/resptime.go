@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
 )
@@ -217,5 +220,50 @@ func (o *Objects) LoadRespProgram(fakeClock bool) (*RespProgram, error) {
 	return &RespProgram{prog: prog}, nil
 }
 
-// ReconcileRequests is not written yet.
-func (t *Tables) ReconcileRequests() (map[int]int64, error) { return nil, nil }
+// ReconcileRequests corrects each rule's requests in flight
+// (xl_requests) to the stamped flows the response time follows
+// (xl_resp_flows): a stamped flow that the LRU evicts is never counted
+// down by the kernel, so without it the count drifts up. It walks the
+// flows, counts the stamped ones per slot and adds the difference to
+// in_flight by an atomic add on the mmapped map (the kernel's own adds
+// are not lost). The race it accepts: a request stamped or answered
+// between the walk's visit of its flow and the add (or a flow the walk
+// misses or sees twice while the LRU changes) is miscounted by one, until
+// the next call corrects it; the error never accumulates. It returns the
+// corrections it made, by slot.
+func (t *Tables) ReconcileRequests() (map[int]int64, error) {
+	if t.resp == nil || t.resp.requests == nil {
+		return nil, ErrNoRequests
+	}
+	m := t.resp.requests
+	n := int(m.MaxEntries())
+	stamped := make([]int64, n)
+	var k xdpXlFlowKey
+	var v xdpXlFlow
+	it := t.resp.flows.Iterate()
+	for it.Next(&k, &v) {
+		if v.StampNs != 0 && int(v.Slot) < n {
+			stamped[v.Slot]++
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("walk the response flows: %w", err)
+	}
+	const stride = int(unsafe.Sizeof(xdpXlRequests{})) // round_up(value size, 8)
+	size := (n*stride + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the requests in flight: %w", err)
+	}
+	defer unix.Munmap(mem)
+	out := map[int]int64{}
+	for slot := range n {
+		// in_flight is the value's first field.
+		p := (*int64)(unsafe.Pointer(&mem[slot*stride]))
+		if d := stamped[slot] - atomic.LoadInt64(p); d != 0 {
+			atomic.AddInt64(p, d)
+			out[slot] = d
+		}
+	}
+	return out, nil
+}
