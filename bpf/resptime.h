@@ -46,8 +46,8 @@ struct xl_flow {
 	/* Time of the first request byte that no response byte followed
 	 * yet, or 0 when the last request was answered. */
 	__u64 stamp_ns;
-	__u32 slot; /* the rule charged: the lowest response_time rule */
-	__u32 _pad;
+	__u32 slot;  /* the rule charged: the lowest response_time rule */
+	__u32 flags; /* enum xl_flow_flag (request.h) */
 };
 
 /* A rule's responses (state, per-CPU): counts since the program was

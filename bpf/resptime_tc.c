@@ -6,6 +6,10 @@
  * of each response counts. A FIN or a RST forgets the flow. It never
  * changes a packet and always lets the next program run (TCX_NEXT).
  *
+ * xlimit_tc_requests, at the interface's ingress, refuses the requests
+ * that the XDP program found over their rule's cap on requests in flight
+ * (request_tc.h).
+ *
  * A separate object from the XDP program, loaded with the XDP object's
  * maps, and attached to the interface's egress through a TCX link (Linux
  * 6.6); where the kernel has no TCX, rules with signal response_time are
@@ -19,6 +23,8 @@
 #include "gen.h"
 #include "maps.h"
 #include "parse.h"
+#include "request.h"
+#include "request_tc.h"
 #include "resptime.h"
 #include "tc.h"
 #include "types.h"
@@ -77,8 +83,9 @@ int xlimit_tc_resptime(struct __sk_buff *skb)
 		return XL_TC_NEXT;
 	__u64 stamp = f->stamp_ns;
 	__u32 slot = f->slot;
-	if (data && stamp) {
-		f->stamp_ns = 0;
+	/* The response's first byte: the request is answered (and counted
+	 * out of flight, request.h), unless another CPU answered it first. */
+	if (data && xl_req_done(f, stamp, slot)) {
 		__u64 now = XL_NOW();
 		__u64 ns = now > stamp ? now - stamp : 0;
 		struct xl_resp_hist *h = bpf_map_lookup_elem(&xl_resp_hists, &slot);
@@ -91,6 +98,12 @@ int xlimit_tc_resptime(struct __sk_buff *skb)
 		}
 	}
 	if (fin)
-		bpf_map_delete_elem(&xl_resp_flows, &k);
+		xl_req_forget(&k);
 	return XL_TC_NEXT;
+}
+
+SEC("tc")
+int xlimit_tc_requests(struct __sk_buff *skb)
+{
+	return xl_req_ingress(skb);
 }

@@ -15,6 +15,7 @@
 #include "conns.h"
 #include "maps.h"
 #include "parse.h"
+#include "request.h"
 #include "resptime.h"
 #include "types.h"
 
@@ -95,24 +96,32 @@ __noinline int xl_resp_ingress(struct xdp_md *ctx, __u32 gen, __u64 rules, __u64
 	__u32 hdrs = (l4 - l3) + (tcp->doff_res >> 4) * 4;
 
 	if (tcp->flags & (XL_RESP_FIN | XL_RESP_RST)) {
-		bpf_map_delete_elem(&xl_resp_flows, &k);
+		xl_req_forget(&k);
 		return 0;
 	}
 	if (ip_len <= hdrs)
 		return 0; /* no data: an ACK */
 
+	/* A request starts where the flow has no stamp: its first one, or the
+	 * next on a kept-alive connection (request.h counts it in flight). */
 	struct xl_flow *f = bpf_map_lookup_elem(&xl_resp_flows, &k);
 	__u32 slot = xl_lowest_bit(mask);
-	if (f) {
-		if (f->stamp_ns)
-			return 0; /* more of a request, or a pipelined one */
-		f->stamp_ns = XL_NOW();
-		f->slot = slot;
-	} else {
-		struct xl_flow nf = {.stamp_ns = XL_NOW(), .slot = slot};
-		if (bpf_map_update_elem(&xl_resp_flows, &k, &nf, BPF_ANY))
+	if (f && (f->stamp_ns || f->flags))
+		return 0; /* more of a request, a pipelined one, or refused */
+	__u64 now = XL_NOW();
+	if (!f) {
+		/* Inserted unstamped, then stamped like any flow: a CPU that
+		 * lost the race to insert finds the winner's entry. */
+		struct xl_flow nf = {.slot = slot};
+		bpf_map_update_elem(&xl_resp_flows, &k, &nf, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&xl_resp_flows, &k);
+		if (!f)
 			return 0;
 	}
+	if (xl_req_refuse(f, gen, slot, now))
+		return 0;
+	if (!xl_req_start(f, slot, now))
+		return 0; /* another CPU stamped it first */
 	struct xl_resp_hist *h = bpf_map_lookup_elem(&xl_resp_hists, &slot);
 	if (h)
 		h->stamps++;

@@ -230,7 +230,12 @@ struct xl_limit {
 	 * its service rate cannot grow the queue between two ticks
 	 * (docs/control.md, "The setpoint and the in-flight cap"). */
 	__u32 conc_cap;
-	__u32 _pad;
+	/* The control loop's cap on the rule's requests in flight
+	 * (xl_requests, rules with signal response_time whose requests the
+	 * daemon counts): a new request, on a new or a kept-alive
+	 * connection, is refused while the count is at or above it, by a
+	 * reset both ways (request.h, request_tc.h); 0: no cap. */
+	__u32 req_cap;
 };
 
 #define XL_GATE_ALL 0xffffffffu

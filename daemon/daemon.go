@@ -150,7 +150,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		// The kernel's per-rule handshakes and response times (measures.go).
 		if s, ok := host.(interface{ SetSources(xsignal.KernelSources) }); ok {
 			km := &kernelMeasures{attached: d.kernel.with}
-			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km})
+			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km, Requests: km})
 		}
 		d.rules.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
@@ -220,6 +220,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	prepCtx, stopPrep := context.WithCancel(ctx)
 	defer stopPrep()
 	go d.rules.prep.run(prepCtx, d.rules.prepareDoc)
+	// The kernel's requests in flight, corrected for the LRU's evictions
+	// (reconcile.go).
+	go reconcileRequests(prepCtx, d.kernel.with, d.log)
 	// One goroutine owns the loop: ticks and reloads never interleave, and a
 	// stuck tick stops the watchdog pings.
 	tick := time.NewTicker(d.loop.Period())

@@ -89,8 +89,28 @@ func (k *kernelMeasures) ResponseTime(rule *xsignal.Rule) (xsignal.ResponseReadi
 	return r, true
 }
 
+// RequestsInFlight returns the requests in flight of a rule marked as
+// counting them (signal.Rule.Requests), summed over the interfaces: each
+// counts the requests of its own flows (bpf/request.h). ok is false for
+// other rules, or where no interface's maps count requests (pins of an
+// xlimit before them): the sampler then reads connections.
+func (k *kernelMeasures) RequestsInFlight(rule *xsignal.Rule) (int64, bool) {
+	if !rule.Requests {
+		return 0, false
+	}
+	var sum int64
+	ok := false
+	k.each(rule, func(t measureTables, slot int) {
+		if r, err := t.Requests(slot); err == nil {
+			sum, ok = sum+max(r.InFlight, 0), true
+		}
+	})
+	return sum, ok
+}
+
 // measureTables is what kernelMeasures reads of an interface's maps.
 type measureTables interface {
+	Requests(slot int) (dataplane.Requests, error)
 	Handshakes(slot int) (uint64, error)
 	ResponseTimes(slot int) (dataplane.RespHist, error)
 	Conns(slot int) (dataplane.Conns, error)

@@ -173,8 +173,14 @@ func controlRule(r *config.Rule) control.RuleSpec {
 
 func signalRule(r *config.Rule) *signal.Rule {
 	sr := &signal.Rule{Name: r.Name, Ports: r.MergedPorts(), SynOnly: r.SynOnly, Bytes: r.Unit == config.UnitBytes}
-	if r.Adaptive != nil {
-		sr.Signal = r.Adaptive.Signal
+	if a := r.Adaptive; a != nil {
+		sr.Signal = a.Signal
+		// An adaptive rule on response_time counts and caps its requests
+		// in flight, not its connections (issue 42): the kernel counts
+		// them (bpf/request.h) and refuses a new request over the cap,
+		// on a new or a kept-alive connection (bpf/request_tc.h).
+		sr.Requests = a.Law == config.LawTrack && a.Signal == config.SignalResponseTime &&
+			(r.Protocol == config.ProtoTCP || r.Protocol == config.ProtoAny)
 	}
 	if r.CircuitBreaker != nil {
 		sr.SlowLatency = r.CircuitBreaker.SlowLatency

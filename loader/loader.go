@@ -128,6 +128,7 @@ type Attachment struct {
 	noTx     bool        // the program was loaded with XDP_TX compiled out
 	cookies  *tcxProgram // the SYN cookies' ACK check (cookie.go)
 	respTime *tcxProgram // the response timer (resptime.go)
+	requests *tcxProgram // the request refusal (resptime.go)
 	objs     *maps.Objects
 	link     link.Link
 	sockOps  link.Link
@@ -314,6 +315,10 @@ func Attach(iface string, opts Options) (_ *Attachment, err error) {
 	a.cookies, a.respTime = a.cookieCheck(), a.respTimer()
 	a.CookieErr = a.cookies.attach(a.Ifindex)
 	a.RespTimeErr = a.respTime.attach(a.Ifindex)
+	if a.RespTimeErr == nil {
+		a.requests = a.requestRefusal()
+		a.RespTimeErr = a.requests.attach(a.Ifindex)
+	}
 	return a, nil
 }
 
@@ -388,6 +393,7 @@ func (a *Attachment) Close() error {
 		a.sockOps = nil
 	}
 	errs = append(errs, a.respTime.close())
+	errs = append(errs, a.requests.close())
 	errs = append(errs, a.cookies.close())
 	if a.objs != nil {
 		errs = append(errs, a.objs.Close())
@@ -416,7 +422,7 @@ func Detach(bpffs, iface string) error {
 	// In a slot of libxdp's dispatcher: the slot goes, the other programs
 	// stay (share.go).
 	errs = append(errs, leaveDispatcher(bpffs, iface))
-	for _, pin := range []string{linkPin, sockOpsPin, respTimePin, cookiePin} {
+	for _, pin := range []string{linkPin, sockOpsPin, respTimePin, requestsPin, cookiePin} {
 		errs = append(errs, detachPinnedLink(filepath.Join(dir, pin)))
 	}
 	entries, err := os.ReadDir(dir)

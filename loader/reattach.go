@@ -95,7 +95,7 @@ func (a *Attachment) relinkTC(index int) error {
 	// Keyed on the loaded program, not on its link: a relink that failed
 	// left the link nil and the program loaded, and is tried again here.
 	var errs []error
-	for _, t := range []*tcxProgram{a.cookies, a.respTime} {
+	for _, t := range []*tcxProgram{a.cookies, a.respTime, a.requests} {
 		if t.loaded() {
 			errs = append(errs, t.relink(index))
 		}

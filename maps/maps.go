@@ -234,7 +234,7 @@ func PinnedNames() []string {
 		xdpMapXlFrags, xdpMapXlFragSeen, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits, xdpMapXlSrcFilter,
 		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock, xdpMapXlCookieShare,
 		xdpMapXlCookieLink, xdpMapXlAnswerStats,
-		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm,
+		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm, xdpMapXlRequests,
 	}
 }
 
@@ -693,6 +693,7 @@ func (t *Tables) SetLimit(slot int, l dataplane.Limit) error {
 		GateProbes: l.Gate.Probes,
 		GateRound:  l.Gate.Round,
 		ConcCap:    l.ConcCap,
+		ReqCap:     l.ReqCap,
 	}
 	if err := t.limits.Update(uint32(slot), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write limit %d: %w", slot, err)
@@ -707,7 +708,7 @@ func (t *Tables) Limit(slot int) (dataplane.Limit, error) {
 		return dataplane.Limit{}, fmt.Errorf("read limit %d: %w", slot, err)
 	}
 	return dataplane.Limit{Bucket: dataplane.Bucket{Mult: v.Bucket.Mult, Tol: v.Bucket.Tol}, DeadlineNS: v.DeadlineNs, Epoch: v.Epoch,
-		Gate: dataplane.Gate{Drop: v.GateDrop, Probes: v.GateProbes, Round: v.GateRound}, ConcCap: v.ConcCap}, nil
+		Gate: dataplane.Gate{Drop: v.GateDrop, Probes: v.GateProbes, Round: v.GateRound}, ConcCap: v.ConcCap, ReqCap: v.ReqCap}, nil
 }
 
 // Conns reads the connections in flight to a slot's rule as the sock_ops

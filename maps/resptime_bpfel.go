@@ -78,7 +78,7 @@ type resptimeXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
 	Slot    uint32
-	Pad     uint32
+	Flags   uint32
 }
 
 type resptimeXlFlowKey struct {
@@ -157,7 +157,7 @@ type resptimeXlLimit struct {
 	GateProbes uint32
 	GateRound  uint32
 	ConcCap    uint32
-	Pad        uint32
+	ReqCap     uint32
 }
 
 type resptimeXlLpm4Key struct {
@@ -179,6 +179,12 @@ type resptimeXlPrefix struct {
 	Rules uint64
 	Flags uint32
 	Pad   uint32
+}
+
+type resptimeXlRequests struct {
+	_        structs.HostLayout
+	InFlight int64
+	Refused  uint64
 }
 
 type resptimeXlRespHist struct {
@@ -330,6 +336,7 @@ const (
 	resptimeMapXlPrefilter       = "xl_prefilter"
 	resptimeMapXlPrefix4         = "xl_prefix4"
 	resptimeMapXlPrefix6         = "xl_prefix6"
+	resptimeMapXlRequests        = "xl_requests"
 	resptimeMapXlResetBudget     = "xl_reset_budget"
 	resptimeMapXlRespFlows       = "xl_resp_flows"
 	resptimeMapXlRespHists       = "xl_resp_hists"
@@ -342,6 +349,7 @@ const (
 	resptimeMapXlSrcScratch      = "xl_src_scratch"
 	resptimeMapXlSrcTable        = "xl_src_table"
 	resptimeMapXlStats           = "xl_stats"
+	resptimeProgXlimitTcRequests = "xlimit_tc_requests"
 	resptimeProgXlimitTcResptime = "xlimit_tc_resptime"
 	resptimeVarXlCfgFakeClock    = "xl_cfg_fake_clock"
 )
@@ -388,6 +396,7 @@ type resptimeSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type resptimeProgramSpecs struct {
+	XlimitTcRequests *ebpf.ProgramSpec `ebpf:"xlimit_tc_requests"`
 	XlimitTcResptime *ebpf.ProgramSpec `ebpf:"xlimit_tc_resptime"`
 }
 
@@ -411,6 +420,7 @@ type resptimeMapSpecs struct {
 	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
+	XlRequests    *ebpf.MapSpec `ebpf:"xl_requests"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
 	XlRespFlows   *ebpf.MapSpec `ebpf:"xl_resp_flows"`
 	XlRespHists   *ebpf.MapSpec `ebpf:"xl_resp_hists"`
@@ -468,6 +478,7 @@ type resptimeMaps struct {
 	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
+	XlRequests    *ebpf.Map `ebpf:"xl_requests"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
 	XlRespFlows   *ebpf.Map `ebpf:"xl_resp_flows"`
 	XlRespHists   *ebpf.Map `ebpf:"xl_resp_hists"`
@@ -500,6 +511,7 @@ func (m *resptimeMaps) Close() error {
 		m.XlPrefilter,
 		m.XlPrefix4,
 		m.XlPrefix6,
+		m.XlRequests,
 		m.XlResetBudget,
 		m.XlRespFlows,
 		m.XlRespHists,
@@ -526,11 +538,13 @@ type resptimeVariables struct {
 //
 // It can be passed to loadResptimeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type resptimePrograms struct {
+	XlimitTcRequests *ebpf.Program `ebpf:"xlimit_tc_requests"`
 	XlimitTcResptime *ebpf.Program `ebpf:"xlimit_tc_resptime"`
 }
 
 func (p *resptimePrograms) Close() error {
 	return _ResptimeClose(
+		p.XlimitTcRequests,
 		p.XlimitTcResptime,
 	)
 }

@@ -133,7 +133,7 @@ type syncookieXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
 	Slot    uint32
-	Pad     uint32
+	Flags   uint32
 }
 
 type syncookieXlFlowKey struct {
@@ -212,7 +212,7 @@ type syncookieXlLimit struct {
 	GateProbes uint32
 	GateRound  uint32
 	ConcCap    uint32
-	Pad        uint32
+	ReqCap     uint32
 }
 
 type syncookieXlLpm4Key struct {

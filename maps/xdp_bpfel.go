@@ -151,7 +151,7 @@ type xdpXlFlow struct {
 	_       structs.HostLayout
 	StampNs uint64
 	Slot    uint32
-	Pad     uint32
+	Flags   uint32
 }
 
 type xdpXlFlowKey struct {
@@ -241,7 +241,7 @@ type xdpXlLimit struct {
 	GateProbes uint32
 	GateRound  uint32
 	ConcCap    uint32
-	Pad        uint32
+	ReqCap     uint32
 }
 
 type xdpXlLpm4Key struct {
@@ -305,6 +305,12 @@ const (
 	xdpXlReasonXL_REASON_COOKIE          xdpXlReason = 17
 	xdpXlReasonXL_REASON_MAX             xdpXlReason = 18
 )
+
+type xdpXlRequests struct {
+	_        structs.HostLayout
+	InFlight int64
+	Refused  uint64
+}
 
 type xdpXlResetOutcome uint32
 
@@ -489,6 +495,7 @@ const (
 	xdpMapXlPrefilter       = "xl_prefilter"
 	xdpMapXlPrefix4         = "xl_prefix4"
 	xdpMapXlPrefix6         = "xl_prefix6"
+	xdpMapXlRequests        = "xl_requests"
 	xdpMapXlResetBudget     = "xl_reset_budget"
 	xdpMapXlRespFlows       = "xl_resp_flows"
 	xdpMapXlRespHists       = "xl_resp_hists"
@@ -596,6 +603,7 @@ type xdpMapSpecs struct {
 	XlPrefilter   *ebpf.MapSpec `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.MapSpec `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.MapSpec `ebpf:"xl_prefix6"`
+	XlRequests    *ebpf.MapSpec `ebpf:"xl_requests"`
 	XlResetBudget *ebpf.MapSpec `ebpf:"xl_reset_budget"`
 	XlRespFlows   *ebpf.MapSpec `ebpf:"xl_resp_flows"`
 	XlRespHists   *ebpf.MapSpec `ebpf:"xl_resp_hists"`
@@ -677,6 +685,7 @@ type xdpMaps struct {
 	XlPrefilter   *ebpf.Map `ebpf:"xl_prefilter"`
 	XlPrefix4     *ebpf.Map `ebpf:"xl_prefix4"`
 	XlPrefix6     *ebpf.Map `ebpf:"xl_prefix6"`
+	XlRequests    *ebpf.Map `ebpf:"xl_requests"`
 	XlResetBudget *ebpf.Map `ebpf:"xl_reset_budget"`
 	XlRespFlows   *ebpf.Map `ebpf:"xl_resp_flows"`
 	XlRespHists   *ebpf.Map `ebpf:"xl_resp_hists"`
@@ -716,6 +725,7 @@ func (m *xdpMaps) Close() error {
 		m.XlPrefilter,
 		m.XlPrefix4,
 		m.XlPrefix6,
+		m.XlRequests,
 		m.XlResetBudget,
 		m.XlRespFlows,
 		m.XlRespHists,

@@ -485,6 +485,7 @@ func TestEnumsMatchBTF(t *testing.T) {
 		{xdpMapXlServed, dataplane.MaxRules, 0, 8},
 		{xdpMapXlRespFlows, dataplane.RespFlows, binary.Size(xdpXlFlow{}), 0},
 		{xdpMapXlRespHists, dataplane.MaxRules, binary.Size(xdpXlRespHist{}), 0},
+		{xdpMapXlRequests, dataplane.MaxRules, binary.Size(xdpXlRequests{}), 0},
 		{xdpMapXlFlood, 1, binary.Size(xdpXlFlood{}), 0},
 		{xdpMapXlSrcCredits, dataplane.MaxRules, binary.Size(xdpXlSrcCredit{}), 0},
 		{xdpMapXlSrcTable, uint32(dataplane.SrcSets(0)), binary.Size(xdpXlSrcSet{}), 0},

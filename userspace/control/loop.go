@@ -102,7 +102,8 @@ type RuleReport struct {
 	// the kernel, passed or not.
 	Demand float64
 	// InFlightCap is the cap on the rule's connections in flight written
-	// with its rate (0: none).
+	// with its rate, or on its requests in flight where the kernel counts
+	// them (Signals.InFlightRequests; Limit.ReqCap); 0: none.
 	InFlightCap uint32
 }
 
@@ -358,7 +359,9 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 	}
 
 	rate, burst := r.rate, r.burst
-	var inFlightCap uint32
+	// The cap on connections in flight (Limit.ConcCap), or on requests in
+	// flight (Limit.ReqCap) where the signals counted requests.
+	var inFlightCap, reqCap uint32
 	switch {
 	case r.warm != nil:
 		// Sentinel syncs its tokens on the first request of a second; the
@@ -395,6 +398,9 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 			inFlightCap = uint32(min(step.InFlightCap, math.MaxUint32))
 		}
 		rep.InFlightCap = inFlightCap
+		if sig.InFlightRequests {
+			inFlightCap, reqCap = 0, inFlightCap
+		}
 		r.state, r.latency = step.Action.String(), step.Smoothed
 		rep.Stale = step.Action == ActionHoldStale
 	}
@@ -465,12 +471,12 @@ func (l *Loop) tickRule(r *ruleState, now time.Time) RuleReport {
 		// keeps its own rate whenever the host is not overloaded.
 		r.rate, r.burst = r.spec.Rate, r.spec.Burst
 		rep.Rate, rep.Burst, rep.State = rate, burst, r.state
-		rep.Err = r.write(rate, burst, gate, 0, deadline)
+		rep.Err = r.write(rate, burst, gate, 0, 0, deadline)
 		return rep
 	}
 	r.rate, r.burst = rate, burst
 	rep.Rate, rep.Burst, rep.State, rep.Latency = rate, burst, r.state, r.latency
-	rep.Err = r.write(rate, burst, gate, inFlightCap, deadline)
+	rep.Err = r.write(rate, burst, gate, inFlightCap, reqCap, deadline)
 	return rep
 }
 
@@ -516,13 +522,13 @@ func (r *ruleState) read() (pass, seen, refused uint64, err error) {
 	return pass, seen, refused, nil
 }
 
-func (r *ruleState) write(rate, burst float64, gate dataplane.Gate, inFlightCap uint32, deadline uint64) error {
+func (r *ruleState) write(rate, burst float64, gate dataplane.Gate, inFlightCap, reqCap uint32, deadline uint64) error {
 	b, err := dataplane.NewBucket(rate, burst, r.spec.Bytes)
 	if err != nil {
 		return fmt.Errorf("rate of %s: %w", r.spec.Name, err)
 	}
 	for _, t := range r.targets {
-		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch, Gate: gate, ConcCap: inFlightCap}); err != nil {
+		if err := t.Kernel.SetLimit(t.Slot, dataplane.Limit{Bucket: b, DeadlineNS: deadline, Epoch: t.Epoch, Gate: gate, ConcCap: inFlightCap, ReqCap: reqCap}); err != nil {
 			return fmt.Errorf("write rate of %s: %w", r.spec.Name, err)
 		}
 	}

@@ -466,3 +466,31 @@ func TestLoopBreaker(t *testing.T) {
 		t.Fatalf("changed breaker: %+v", a)
 	}
 }
+
+// Where the signals count requests in flight (Signals.InFlightRequests),
+// the loop writes the law's cap on them as the kernel's cap on requests
+// (Limit.ReqCap), not on connections: a kept-alive connection's next
+// request meets it (bpf/request.h), an idle connection is not capped.
+func TestLoopRequestCap(t *testing.T) {
+	clock := NewFakeClock(time.Unix(1_000_000, 0))
+	k := newFakeKernel()
+	s := &recordingSampler{sig: Signals{Latency: 20 * time.Millisecond, BaseLatency: 10 * time.Millisecond,
+		ServiceRate: 400, HasServiceRate: true, InFlight: 10, HasInFlight: true, InFlightRequests: true}}
+	loop, _ := NewLoop(clock, func() uint64 { return 1 }, 50*time.Millisecond, time.Second, s)
+	ad := AIMDParams{TargetLatency: 30 * time.Millisecond, MinRate: 10, MaxRate: 100000,
+		KA: 50, KM: 0.5, Gamma: 0.5, Alpha: 0.2, CPUHigh: 0.8, ErrorThreshold: 0.05}
+	spec := RuleSpec{Name: "a", Behavior: BehaviorAdaptive, Rate: 1000, Burst: 100, Adaptive: &ad, Signal: "response_time", SynOnly: true}
+	if err := loop.Configure([]RuleSpec{spec}, map[string][]Target{"a": {{Kernel: k, Slot: 1, Epoch: 9}}}); err != nil {
+		t.Fatal(err)
+	}
+	var r RuleReport
+	for range 3 {
+		k.admit(1, 20)
+		clock.Advance(50 * time.Millisecond)
+		r = loop.Tick().Rules[0]
+	}
+	l := k.limits[1]
+	if r.InFlightCap == 0 || l.ReqCap != r.InFlightCap || l.ConcCap != 0 {
+		t.Errorf("report cap %d; kernel request cap %d, connection cap %d; want the report's cap on requests only", r.InFlightCap, l.ReqCap, l.ConcCap)
+	}
+}

@@ -186,6 +186,12 @@ type Limit struct {
 	// connections in flight are at least ConcCap (the loop's in-flight
 	// cap, docs/control.md).
 	ConcCap uint32
+	// ReqCap, when not 0, refuses new requests of a rule with signal
+	// response_time while its requests in flight (bpf/request.h) are at
+	// least ReqCap: the kernel resets the connection both ways at the
+	// request's first segment (bpf/request_tc.h). The XDP verdict is a
+	// pass either way, so the model has nothing to decide.
+	ReqCap uint32
 }
 
 // GateAll is the Gate.Drop value that drops every new connection.

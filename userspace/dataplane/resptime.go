@@ -23,6 +23,17 @@ const (
 	RespFlows = 65536
 )
 
+// Requests is a rule's requests as the kernel counts them (bpf/request.h,
+// rules with signal response_time).
+type Requests struct {
+	// InFlight counts the requests whose first byte arrived and whose
+	// response's first byte has not left yet; an idle keep-alive
+	// connection is not in flight.
+	InFlight int64
+	// Refused counts new requests refused over the rule's in-flight cap.
+	Refused uint64
+}
+
 // Refusal answers of RuleSpec.Refuse.
 const (
 	RefuseDrop  = "drop"

@@ -303,7 +303,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if lim, err := t.Table.Limit(slot); err != nil {
 				c.errors.Inc()
 			} else if lim.Epoch == r.Epoch && now < lim.DeadlineNS {
-				rate, source, inFlightCap = lim.Bucket.Rate(), "control", float64(lim.ConcCap)
+				rate, source, inFlightCap = lim.Bucket.Rate(), "control", float64(max(lim.ConcCap, lim.ReqCap))
 			}
 			ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, rate, t.Iface, r.Name, source)
 			counted := t.Plan.Globals.Concurrent>>slot&1 != 0

@@ -18,6 +18,10 @@ type Rule struct {
 	Signal config.Signal
 	// SlowLatency is the circuit breaker's slow-call threshold; 0: none.
 	SlowLatency time.Duration
+	// Requests marks a response_time rule whose kernel counts requests in
+	// flight and caps them (bpf/request.h): the sampler reads them
+	// (KernelSources.Requests) in place of its connections.
+	Requests bool
 }
 
 // Signals is what the control loop's adaptive law reads of a rule for one
