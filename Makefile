@@ -43,7 +43,9 @@ deps: ## Install the Debian/Ubuntu packages the build and tests need (root).
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
 
 # What make box, vm-test, real-host and bench-http need on top (not in CI: they do not run there).
-DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system wrk curl nginx
+# dnsmasq-base: vagrant-libvirt's network needs the dnsmasq binary, only a recommend of
+# libvirt-daemon-system (issue 43: `vagrant up` stopped without it).
+DEB_VM_PACKAGES := qemu-utils vagrant-libvirt libvirt-daemon-system dnsmasq-base wrk curl nginx
 
 .PHONY: deps-vm
 deps-vm: deps ## Install what make box, vm-test, real-host and bench-http need as well (root).
