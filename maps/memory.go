@@ -88,13 +88,10 @@ func mapMemory(m *ebpf.Map, ncpu int) (MapMemory, error) {
 			return mm, err
 		}
 	}
-	mm.Estimate = dataplane.MapBytes(kind, m.KeySize(), m.ValueSize(), m.MaxEntries(), used, ncpu)
 	if kind == dataplane.MapArray && m.Flags()&unix.BPF_F_MMAPABLE != 0 {
-		// A mmappable array (xl_requests): its header on a page of its
-		// own, its values on whole pages.
-		page := uint64(os.Getpagesize())
-		mm.Estimate = page + (uint64(m.MaxEntries())*uint64((m.ValueSize()+7)&^7)+page-1)/page*page
+		kind = dataplane.MapArrayMmap
 	}
+	mm.Estimate = dataplane.MapBytes(kind, m.KeySize(), m.ValueSize(), m.MaxEntries(), used, ncpu)
 	return mm, nil
 }
 

@@ -52,7 +52,15 @@ const (
 	// and its elements as they are used (each with the allocator's list
 	// node). Last: the values above are the ones they always were.
 	MapHashNoPrealloc
+	// MapArrayMmap is an array with BPF_F_MMAPABLE (xl_src_table,
+	// xl_src_exts, xl_requests): its header on a page of its own, its
+	// values on whole pages, as the kernel's array_map_mem_usage counts.
+	MapArrayMmap
 )
+
+// mapPage is the page the kernel rounds a mmappable array to (x86-64 and
+// arm64 with 4 KiB pages: the machines xlimit is built for).
+const mapPage = 4096
 
 // Per-element overheads of the kernel's map implementations on 64-bit
 // kernels (6.x): struct htab_elem, struct bucket, struct lpm_trie_node.
@@ -84,6 +92,8 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 	switch kind {
 	case MapArray:
 		return n * v
+	case MapArrayMmap:
+		return mapPage + (n*v+mapPage-1)/mapPage*mapPage
 	case MapPerCPUArray:
 		return n * (8 + v*uint64(max(ncpu, 1)))
 	case MapLRUHash:
@@ -111,6 +121,8 @@ func MapBytes(kind MapKind, keySize, valueSize, maxEntries uint32, used, ncpu in
 // them all.
 func ConfigMapBytes(sourceTableSize, prefixes4, prefixes6 int) uint64 {
 	sets := uint32(SrcSets(sourceTableSize))
+	// The tables' values only: the header page of each (MapArrayMmap) is
+	// left out of the ceiling, so that its sizes stay powers of two.
 	return MapBytes(MapArray, 4, SrcSetSize, sets, 0, 0) + MapBytes(MapArray, 4, SrcExtSetSize, sets, 0, 0) +
 		MapBytes(MapLPMTrie, LPM4KeySize, PrefixValueSize, PrefixTrieEntries, Generations*prefixes4, 0) +
 		MapBytes(MapLPMTrie, LPM6KeySize, PrefixValueSize, PrefixTrieEntries, Generations*prefixes6, 0)
