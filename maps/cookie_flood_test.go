@@ -97,3 +97,52 @@ func TestCookieUnanswerableFlood(t *testing.T) {
 		})
 	}
 }
+
+// TestCookieTimeWaitThroughUnanswerableFlood: a spoofed flood of SYNs the
+// cookie path cannot answer (one IPv4 NOP option word each) empties the
+// rule's share for such SYNs; a real client's SYN for a 4-tuple the host
+// holds in TIME_WAIT, which XDP leaves to the kernel (the socket is
+// recycled into the next connection, TestCookieLeavesTimeWait), must still
+// reach it. The CI run of 091946b failed TestCookieUnanswerableFloodE2E
+// this way: 6 of 500 connections timed out, every one a client port whose
+// 4-tuple the server held in TIME_WAIT (to_socket 38), its SYN and both
+// retransmissions dropped with the flood's through the spent share
+// (bench/results/issue41/h1-timewait-*.log).
+func TestCookieTimeWaitThroughUnanswerableFlood(t *testing.T) {
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{CookieRate: 100, Rules: []dataplane.RuleSpec{
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 10, Burst: 10, SynCookies: "always"},
+	}}, nil))
+	slot := h.slot(t, "web")
+	fds := cookieListener(t) // this thread's own network namespace from here on
+	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.20")
+	loWith(t, server, client)
+	timeWait(t, fds[0], client, server, 40001)
+
+	syn := frame.MustBuild(frame.Spec{Src: client, Dst: server, Proto: frame.ProtoTCP, SrcPort: 40001, DstPort: 80,
+		TCPFlags: frame.TCPSyn, TCPSeq: 5000})
+	syn = withTCPOptions(t, syn, 14, linuxSYNOptions(12345))
+	before := h.cookieCounters(t, slot)
+	passed := 0
+	// The SYN and its retransmissions (after 1 s and 3 s), each just
+	// after 50 of the flood's SYNs at the same instant.
+	for _, at := range []uint64{0, 1, 3} {
+		now := uint64(1000*second) + at*second
+		for i := range 50 {
+			in := frame.MustBuild(frame.Spec{Src: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Dst: server,
+				Proto: frame.ProtoTCP, IPv4OptionWords: 1, SrcPort: uint16(1024 + i), DstPort: 80, TCPFlags: frame.TCPSyn})
+			if ret, _ := h.kernelRunOut(t, in, now, 1); ret == xdpTx {
+				t.Fatalf("flood SYN %d answered", i)
+			}
+		}
+		if ret, _ := h.kernelRunOut(t, syn, now, 1); ret == xdpPass {
+			passed++
+		}
+	}
+	got := h.cookieCounters(t, slot)
+	t.Logf("each after 50 unanswerable SYNs: the TIME_WAIT 4-tuple's SYN passed %d of 3 times; to_socket %d -> %d; rule counters %s",
+		passed, before.ToSocket, got.ToSocket, fmtCounters(h.slotCounters(t, slot)))
+	if passed != 3 {
+		t.Errorf("SYN for a TIME_WAIT 4-tuple through a spent share: passed %d of 3, want 3", passed)
+	}
+}

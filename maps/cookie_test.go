@@ -402,29 +402,9 @@ func TestCookieLeavesTimeWait(t *testing.T) {
 	slot := h.slot(t, "web")
 	fds := cookieListener(t) // this thread's own network namespace from here on
 
-	// A connection from client to server on the namespace's loopback,
-	// closed by the server first: the server's end stays in TIME_WAIT.
 	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.20")
 	loWith(t, server, client)
-	c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(c)
-	if err := unix.Bind(c, &unix.SockaddrInet4{Port: 40001, Addr: client.As4()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Connect(c, &unix.SockaddrInet4{Port: 80, Addr: server.As4()}); err != nil {
-		t.Fatal(err)
-	}
-	a, _, err := unix.Accept(fds[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(a)
-	time.Sleep(20 * time.Millisecond) // the server's FIN, acknowledged
-	unix.Close(c)
-	time.Sleep(20 * time.Millisecond) // the client's FIN: the server's end in TIME_WAIT
+	timeWait(t, fds[0], client, server, 40001)
 
 	syn := func(port uint16) []byte {
 		s := frame.Spec{Src: client, Dst: server, Proto: frame.ProtoTCP, SrcPort: port, DstPort: 80,
@@ -443,6 +423,32 @@ func TestCookieLeavesTimeWait(t *testing.T) {
 	if got.ToSocket-before.ToSocket != 1 || got.Sent-before.Sent != 1 {
 		t.Errorf("cookie counters %+v -> %+v, want one SYN to the socket and one answered", before, got)
 	}
+}
+
+// timeWait opens a connection from client:port to server:80 on the
+// namespace's loopback (cookieListener, loWith), accepted on listener, and
+// closes it from the server first: the server's end stays in TIME_WAIT.
+func timeWait(tb testing.TB, listener int, client, server netip.Addr, port int) {
+	tb.Helper()
+	c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer unix.Close(c)
+	if err := unix.Bind(c, &unix.SockaddrInet4{Port: port, Addr: client.As4()}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Connect(c, &unix.SockaddrInet4{Port: 80, Addr: server.As4()}); err != nil {
+		tb.Fatal(err)
+	}
+	a, _, err := unix.Accept(listener)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	unix.Close(a)
+	time.Sleep(20 * time.Millisecond) // the server's FIN, acknowledged
+	unix.Close(c)
+	time.Sleep(20 * time.Millisecond) // the client's FIN: the server's end in TIME_WAIT
 }
 
 // TestCookieLeavesQueuedHandshake: a SYN for a 4-tuple whose handshake
