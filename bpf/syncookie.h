@@ -46,9 +46,10 @@
  * (XL_ANSWER_DISCARD). Any other SYN the program cannot answer here (its
  * shape, a socket of the host's, a spent budget) goes to the rule's gates
  * and bucket as it would without cookies, but first through a share of its
- * own, a quarter of the rule's rate and burst (xl_cookie_share_take): what
+ * own, a quarter of the rule's rate and burst (xl_cookie_share_take; one
+ * share for the SYNs to a socket the host has, one for the others): what
  * the rule admits reaches the kernel, which answers it itself, and no flood
- * of such SYNs takes more than that quarter of the bucket that validated
+ * of such SYNs takes more than those quarters of the bucket that validated
  * cookies are charged to at TC (docs/dataplane.md, "SYN cookies"). */
 #ifndef XLIMIT_SYNCOOKIE_H
 #define XLIMIT_SYNCOOKIE_H
@@ -209,8 +210,18 @@ struct {
 } xl_cookie_sock SEC(".maps");
 
 /* The share of a rule's rate and burst that the SYNs its cookie path
- * cannot answer may take (xl_cookie_share_take): 2^-XL_COOKIE_SHARE_SHIFT. */
+ * cannot answer may take (xl_cookie_share_take): 2^-XL_COOKIE_SHARE_SHIFT,
+ * for each of its two shares. */
 #define XL_COOKIE_SHARE_SHIFT 2
+/* The offset in xl_cookie_share of the rules' second share: the SYNs for a
+ * socket the host has (class socket: a TIME_WAIT socket they recycle, an
+ * open connection). The first, at the rule's slot, takes the other SYNs
+ * XDP cannot answer (shape, budget, unlisted). Two shares, so that a
+ * spoofed flood of the first kind, free to make from any source, cannot
+ * refuse a client reusing a 4-tuple the host holds in TIME_WAIT (its SYN
+ * is the kernel's to answer), which a spoofer cannot aim at without
+ * knowing the 4-tuple. */
+#define XL_COOKIE_SHARE_SOCKET XL_MAX_RULES
 
 /* A rule's share for the SYNs XDP cannot answer. */
 struct xl_cookie_share {
@@ -219,13 +230,14 @@ struct xl_cookie_share {
 	__u32 _pad;
 };
 
-/* State. Key: slot. Value: the rule's bucket for the SYNs its cookie path
- * cannot answer (xl_cookie_share_take). Shared array: one bucket whichever
- * CPU a SYN arrives on. A map of its own: pins of earlier releases keep
- * the layout of xl_cookie_state. */
+/* State. Key: slot, or XL_COOKIE_SHARE_SOCKET + slot. Value: the rule's
+ * bucket for the SYNs its cookie path cannot answer, for a socket the
+ * host has at the second key (xl_cookie_share_take). Shared array: one
+ * bucket whichever CPU a SYN arrives on. A map of its own: pins of earlier
+ * releases keep the layout of xl_cookie_state. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, XL_MAX_RULES);
+	__uint(max_entries, 2 * XL_MAX_RULES);
 	__type(key, __u32);
 	__type(value, struct xl_cookie_share);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -806,22 +818,30 @@ static __always_inline __u32 xl_cookie_reason(__u32 class)
 	return (class & XL_ANSWER_DISCARD) ? XL_REASON_MALFORMED_L4 : XL_REASON_COOKIE;
 }
 
+/* The key in xl_cookie_share of rule slot's share for a SYN of class
+ * (xl_cookie_take) that its cookie path cannot answer. */
+static __always_inline __u32 xl_cookie_share_key(__u32 slot, __u32 class)
+{
+	return class == XL_ANSWER_SOCKET ? XL_COOKIE_SHARE_SOCKET + slot : slot;
+}
+
 /* Takes a SYN of cost inc (in the units of the rule's bucket, tolerance
- * tol) that rule slot's cookie path cannot answer (xl_cookie_fallback)
- * from the rule's share for such SYNs: a quarter of its rate and of its
- * burst (at least one SYN), in xl_cookie_share. Returns 1 when it fits
+ * tol) that a rule's cookie path cannot answer (xl_cookie_fallback) from
+ * the rule's share for such SYNs at key k (xl_cookie_share_key): a quarter
+ * of its rate and of its burst (at least one SYN). Returns 1 when it fits
  * (the SYN goes on to the rule's gates and bucket), 0 when the share is
  * spent (dropped, reason rule). So the SYNs that XDP cannot answer take at
- * most rate/4 * t + burst/4 of the rule's bucket, and the ACKs of
+ * most 2 * (rate/4 * t + burst/4) of the rule's bucket, and the ACKs of
  * validated cookies, charged to that bucket at TC, always find at least
- * three quarters of it (docs/dataplane.md, "SYN cookies"). The share
- * starts full when the rule (its epoch) is new. A global function:
- * verified once. */
-__noinline int xl_cookie_share_take(__u32 slot, __u32 epoch, __u64 tol, __u64 inc, __u64 *now)
+ * half of it; a flood that knows no 4-tuple of the host's sockets, at
+ * least three quarters (docs/dataplane.md, "SYN cookies"). A share starts
+ * full when the rule (its epoch) is new. A global function: verified
+ * once. */
+__noinline int xl_cookie_share_take(__u32 k, __u32 epoch, __u64 tol, __u64 inc, __u64 *now)
 {
-	if (!now || slot >= XL_MAX_RULES)
+	if (!now || k >= 2 * XL_MAX_RULES)
 		return 1;
-	struct xl_cookie_share *s = bpf_map_lookup_elem(&xl_cookie_share, &slot);
+	struct xl_cookie_share *s = bpf_map_lookup_elem(&xl_cookie_share, &k);
 	if (!s)
 		return 1;
 	__u64 t = xl_time(now) << XL_TIME_SHIFT;

@@ -141,13 +141,15 @@ __noinline int xl_apply_rule(struct xdp_md *ctx, __u32 key, const struct xl_pkt 
 			goto out;
 		}
 		/* Not answerable here: through the rule's share for such
-		 * SYNs first, so that they never empty the bucket validated
+		 * SYNs first (one for those to a socket the host has, one for
+		 * the others), so that they never empty the bucket validated
 		 * cookies are charged to (syncookie.h). Not while no daemon
 		 * maintains xl_host_addrs: XDP then answers nothing, no
 		 * validated cookie is to be protected, and the whole bucket
 		 * is the kernel's (answer.h, xl_answer_maintained). */
 		if (xl_answer_maintained() &&
-		    !xl_cookie_share_take(slot, r->epoch, b->tol, inc, now))
+		    !xl_cookie_share_take(xl_cookie_share_key(slot, answer), r->epoch, b->tol, inc,
+					  now))
 			goto out;
 	}
 

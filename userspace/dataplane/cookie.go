@@ -230,8 +230,12 @@ func cookieReason(a Answer) Reason {
 
 // CookieShareShift is syncookie.h's XL_COOKIE_SHARE_SHIFT: the SYNs a
 // rule's cookie path cannot answer take at most 2^-CookieShareShift of the
-// rule's rate and burst.
+// rule's rate and burst, in each of its two shares.
 const CookieShareShift = 2
+
+// cookieShareSocket is syncookie.h's XL_COOKIE_SHARE_SOCKET: the offset of
+// the rules' shares for SYNs to a socket the host has (class socket).
+const cookieShareSocket = MaxRules
 
 // cookieShare mirrors struct xl_cookie_share.
 type cookieShare struct {
@@ -240,10 +244,16 @@ type cookieShare struct {
 }
 
 // cookieShareTake is syncookie.h's xl_cookie_share_take: a SYN of cost inc
-// that rule slot's cookie path cannot answer, taken from the rule's share
-// for such SYNs (tolerance b.Tol, at least one SYN).
-func (m *Model) cookieShareTake(r *Rule, slot int, b Bucket, inc, nowNS uint64) bool {
-	s := &m.cookieShares[slot]
+// and class that rule slot's cookie path cannot answer, taken from the
+// rule's share for such SYNs (tolerance b.Tol, at least one SYN): the
+// second share for class socket, the first for the others. The model has
+// no sockets, but keeps the kernel's two shares.
+func (m *Model) cookieShareTake(r *Rule, slot int, class Answer, b Bucket, inc, nowNS uint64) bool {
+	k := slot
+	if class == AnswerSocket {
+		k += cookieShareSocket
+	}
+	s := &m.cookieShares[k]
 	if s.epoch != r.Epoch {
 		*s = cookieShare{tat: nowNS << TimeShift, epoch: r.Epoch}
 	}

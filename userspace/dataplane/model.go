@@ -37,7 +37,7 @@ type Model struct {
 	resetTAT       uint64            // the reset bucket of all rules (xl_reset_budget)
 	// SYN cookies (cookie.go): each rule's state and the budget's.
 	cookies         [MaxRules]cookieState
-	cookieShares    [MaxRules]cookieShare
+	cookieShares    [2 * MaxRules]cookieShare // xl_cookie_share: the first share, then cookieShareSocket
 	cookieBudgetTAT uint64
 	// CookieCounters are the rules' cookie counters (xl_cookie_stats).
 	CookieCounters [MaxRules]CookieCounters
@@ -509,12 +509,13 @@ func (m *Model) applyRuleCookie(frame []byte, r *Rule, slot int, pkt *Packet, ma
 			}
 			return VerdictDrop, cookieReason(answer), false, answer
 		}
-		// Not answerable at XDP: through the rule's share for such SYNs
+		// Not answerable at XDP: through the rule's share for such SYNs (one
+		// for those to a socket of the host's, one for the others)
 		// first; refused there as by the rate (xlimit.c's out: a reset
 		// under `refuse: reset`). Not while no daemon maintains the host
 		// addresses: XDP answers nothing then, and the bucket is the
 		// kernel's whole.
-		if m.Host.Maintained(nowNS) && !m.cookieShareTake(r, slot, b, inc, nowNS) {
+		if m.Host.Maintained(nowNS) && !m.cookieShareTake(r, slot, answer, b, inc, nowNS) {
 			if r.Flags&RuleRefuseReset == 0 || m.NoXDPTx {
 				return VerdictDrop, ReasonRule, false, answer
 			}

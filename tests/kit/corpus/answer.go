@@ -297,7 +297,11 @@ func AnswerVerdict(path string, class dataplane.Answer) string {
 	case ret == XDPTx:
 		return "answered: RST (XDP_TX)"
 	case ret == XDPPass:
-		v := "not answered: the rule's share for such SYNs (a quarter of its rate and burst), then its gates and bucket decide, as without cookies (here admitted: XDP_PASS, `admit`)"
+		share := "the rule's share for such SYNs"
+		if class == dataplane.AnswerSocket {
+			share = "the rule's share for SYNs to the host's sockets"
+		}
+		v := "not answered: " + share + " (a quarter of its rate and burst), then its gates and bucket decide, as without cookies (here admitted: XDP_PASS, `admit`)"
 		if class == dataplane.AnswerShape {
 			v += "; a TCP header past the frame or its IP packet is dropped (`malformed_l4`): Linux would discard it"
 		}
