@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -708,4 +710,50 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDesignSketchKeys keeps docs/design.md §10's rules-file sketch, which
+// says it puts every key into one rule, true: every key that a mapping it
+// decodes knows is in it, and every value an enum of it allows is named on
+// the enum's line (its comment), so that a new key or value cannot ship
+// without the sketch.
+func TestDesignSketchKeys(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "### Rules file (YAML)")
+	if !ok {
+		t.Fatal("docs/design.md: no section \"### Rules file (YAML)\"")
+	}
+	_, after, ok = strings.Cut(after, "```yaml\n")
+	if !ok {
+		t.Fatal("docs/design.md: the rules file section has no yaml block")
+	}
+	block, _, _ := strings.Cut(after, "```")
+	var tr trace
+	if _, err := parse("docs/design.md", []byte(block), &tr); err != nil {
+		t.Fatalf("the sketch is not a valid rules file: %v", err)
+	}
+	for _, m := range tr.mappings {
+		for _, k := range m.known {
+			if !slices.Contains(m.present, k) {
+				t.Errorf("docs/design.md §10 sketch: %s lacks the key %q", cmp.Or(m.path, "the top level"), k)
+			}
+		}
+	}
+	lines := strings.Split(block, "\n")
+	for _, e := range tr.enums {
+		if e.line < 1 || e.line > len(lines) {
+			t.Fatalf("enum %s at line %d of a %d-line block", e.path, e.line, len(lines))
+		}
+		for _, v := range e.allowed {
+			if !strings.Contains(lines[e.line-1], v) {
+				t.Errorf("docs/design.md §10 sketch, line %d: %s does not name the value %q", e.line, e.path, v)
+			}
+		}
+	}
+	if len(tr.mappings) < 10 || len(tr.enums) < 5 {
+		t.Errorf("the trace saw %d mappings and %d enums: the sketch was not decoded", len(tr.mappings), len(tr.enums))
+	}
 }

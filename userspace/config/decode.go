@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -43,6 +44,29 @@ type parser struct {
 	// prefixLists holds the decoded prefix lists by their sequence node,
 	// so that a list shared through aliases is decoded once.
 	prefixLists map[*yaml.Node][]netip.Prefix
+	// trace, when set (tests only), records the keys each mapping knows
+	// and the values each enum allows: TestDesignSketchKeys holds
+	// docs/design.md's sketch to them.
+	trace *trace
+}
+
+// trace is what a parse saw: for each mapping decoded, its path, the
+// keys it knows and the keys present; for each enum present, its path,
+// line and allowed values.
+type trace struct {
+	mappings []tracedMapping
+	enums    []tracedEnum
+}
+
+type tracedMapping struct {
+	path           string
+	known, present []string
+}
+
+type tracedEnum struct {
+	path    string
+	line    int
+	allowed []string
 }
 
 // loc is where a value came from: the node to take the line from and the
@@ -193,6 +217,9 @@ func (p *parser) mapping(raw *yaml.Node, path string, known []string) *mapping {
 	}
 	m := &mapping{node: n, path: path, fields: map[string]field{}}
 	p.collect(m, n, known, map[*yaml.Node]bool{n: true})
+	if p.trace != nil {
+		p.trace.mappings = append(p.trace.mappings, tracedMapping{path, known, slices.Sorted(maps.Keys(m.fields))})
+	}
 	return m
 }
 
@@ -434,6 +461,13 @@ func enum[T ~string](p *parser, m *mapping, key string, allowed ...T) (T, loc, b
 	s, at, ok := p.str(m, key)
 	if !ok {
 		return "", at, false
+	}
+	if p.trace != nil {
+		names := make([]string, len(allowed))
+		for i, a := range allowed {
+			names[i] = string(a)
+		}
+		p.trace.enums = append(p.trace.enums, tracedEnum{at.path, at.node.Line, names})
 	}
 	for _, a := range allowed {
 		if string(a) == s {

@@ -19,13 +19,18 @@ var topKeys = []string{"interfaces", "allow", "deny", "malformed", "source_table
 // messages. On failure it returns a nil *Config and the errors.Join of
 // every problem found, each an *Error, sorted by line (see Errors).
 func Parse(file string, data []byte) (cfg *Config, err error) {
+	return parse(file, data, nil)
+}
+
+// parse is Parse, recording what it saw in tr when tr is not nil.
+func parse(file string, data []byte, tr *trace) (cfg *Config, err error) {
 	if err := checkSize(file, int64(len(data))); err != nil {
 		return nil, err
 	}
 	if err := checkNodes(file, data); err != nil {
 		return nil, err
 	}
-	p := &parser{file: file, maxVisits: maxVisitsFloor + maxVisitsPerByte*len(data)}
+	p := &parser{file: file, maxVisits: maxVisitsFloor + maxVisitsPerByte*len(data), trace: tr}
 	defer func() {
 		// The YAML parser is third-party code; whatever it does, Parse
 		// returns an error and never panics.
