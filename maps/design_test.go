@@ -104,3 +104,47 @@ func TestDesignPrograms(t *testing.T) {
 	sort.Strings(names)
 	t.Logf("programs: %v in %d objects", names, len(nobj))
 }
+
+// TestDesignPins checks docs/design.md §6's "Pins." paragraph against the
+// pins (unprivileged: PinnedNames reads the embedded object): it names
+// every pinned map, and no map that is not pinned, beside xl_layouts.
+func TestDesignPins(t *testing.T) {
+	doc, err := os.ReadFile("../docs/design.md")
+	if err != nil {
+		t.Fatalf("read docs/design.md: %v", err)
+	}
+	_, s, ok := strings.Cut(string(doc), "- **Pins.**")
+	if !ok {
+		t.Fatal("docs/design.md: no \"- **Pins.**\" paragraph")
+	}
+	s, _, _ = strings.Cut(s, "\n- **")
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(xl_[a-z0-9_]+)`").FindAllStringSubmatch(s, -1) {
+		named[m[1]] = true
+	}
+	pinned := append(PinnedNames(), layoutsPin)
+	for _, name := range pinned {
+		if !named[name] {
+			t.Errorf("docs/design.md, Pins.: %s is pinned but not named", name)
+		}
+	}
+	for name := range named {
+		if !slices.Contains(pinned, name) {
+			t.Errorf("docs/design.md, Pins.: names %s, which is not pinned", name)
+		}
+	}
+}
+
+// TestPinnedNames: the pins are read from the embedded object, not the
+// test clock (which is never pinned), and the maps every version had.
+func TestPinnedNames(t *testing.T) {
+	got := PinnedNames()
+	for _, want := range []string{xdpMapXlGen, xdpMapXlRules, xdpMapXlStats, xdpMapXlCookieShare, xdpMapXlRequests} {
+		if !slices.Contains(got, want) {
+			t.Errorf("PinnedNames lacks %s: %v", want, got)
+		}
+	}
+	if slices.Contains(got, xdpMapXlClock) {
+		t.Errorf("PinnedNames has the test clock %s", xdpMapXlClock)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -225,18 +227,28 @@ func (o *Objects) Close() error {
 	return o.objs.Close()
 }
 
-// PinnedNames lists the names under which maps are pinned in a directory.
-func PinnedNames() []string {
-	return []string{
-		xdpMapXlGen, xdpMapXlConfig, xdpMapXlRules, xdpMapXlPorts,
-		xdpMapXlPrefix4, xdpMapXlPrefix6, xdpMapXlPrefilter, xdpMapXlLimits, xdpMapXlBuckets,
-		xdpMapXlStats, xdpMapXlCaches, xdpMapXlSrcTable, xdpMapXlSrcExts, xdpMapXlConns, xdpMapXlSkConns,
-		xdpMapXlFrags, xdpMapXlFragSeen, xdpMapXlHostAddrs, xdpMapXlResetBudget, xdpMapXlFlood, xdpMapXlSrcCredits, xdpMapXlSrcFilter,
-		xdpMapXlCookieCfg, xdpMapXlCookieState, xdpMapXlCookieStats, xdpMapXlCookieSock, xdpMapXlCookieShare,
-		xdpMapXlCookieLink, xdpMapXlAnswerStats,
-		xdpMapXlServed, xdpMapXlRespFlows, xdpMapXlRespHists, xdpMapXlConfirm, xdpMapXlRequests,
+// PinnedNames lists the names under which maps are pinned in a directory:
+// every map of the XDP object that bpf/ marks LIBBPF_PIN_BY_NAME (the TC
+// objects are loaded over its maps), sorted. Read from the embedded
+// object, so a map added in bpf/ needs no list by hand.
+func PinnedNames() []string { return slices.Clone(pinnedNames()) }
+
+var pinnedNames = sync.OnceValue(func() []string {
+	spec, err := loadXdp()
+	if err != nil {
+		// The object is embedded at build time: it cannot fail to
+		// parse unless the binary is corrupt (TestPinnedNames).
+		panic(fmt.Sprintf("read the embedded XDP object: %v", err))
 	}
-}
+	var names []string
+	for name, m := range spec.Maps {
+		if m.Pinning == ebpf.PinByName {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+})
 
 // Tables is read-write access to the maps alone: what Objects has, and what
 // OpenPinned gives to `xlimit status` without loading a program.
