@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/api"
-	"github.com/xlimit/xlimit/userspace/config"
 )
 
 func cmdApply(ctx context.Context, e *env, args []string) error {
@@ -33,18 +30,9 @@ func cmdApply(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: --confirm %v: want %v to %v", errUsage, within, api.MinConfirm, api.MaxConfirm)
 	}
 	file := fs.Arg(0)
-	text, err := config.ReadFile(file)
+	text, err := checkedText(ctx, e, file, "applied")
 	if err != nil {
 		return err
-	}
-	if err := cmdCheck(ctx, e, []string{file}); err != nil {
-		if errors.Is(err, errUsage) {
-			return fmt.Errorf("check %s: %w", file, err)
-		}
-		return fmt.Errorf("not applied: %w", err)
-	}
-	if again, err := config.ReadFile(file); err != nil || !bytes.Equal(again, text) {
-		return fmt.Errorf("not applied: %s changed while it was checked", file)
 	}
 	c := api.NewClient(socket)
 	defer c.Close()

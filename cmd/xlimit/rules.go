@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/xlimit/xlimit/userspace/config"
 	"github.com/xlimit/xlimit/userspace/rulesource"
 )
 
@@ -77,19 +73,9 @@ func cmdRulesPush(ctx context.Context, e *env, args []string) error {
 	}
 	defer store.Close()
 	file := fs.Arg(0)
-	text, err := config.ReadFile(file)
+	text, err := checkedText(ctx, e, file, "pushed")
 	if err != nil {
 		return err
-	}
-	if err := cmdCheck(ctx, e, []string{file}); err != nil {
-		if errors.Is(err, errUsage) {
-			return fmt.Errorf("check %s: %w", file, err)
-		}
-		return fmt.Errorf("not pushed: %w", err)
-	}
-	// What was checked is what gets pushed.
-	if again, err := os.ReadFile(file); err != nil || !bytes.Equal(again, text) {
-		return fmt.Errorf("not pushed: %s changed while it was checked", file)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
