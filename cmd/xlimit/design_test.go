@@ -230,7 +230,7 @@ func layoutRows(t *testing.T) (rows []string, named map[string][][]string) {
 
 // layoutRoots are the directories whose every subdirectory §3 names (to
 // depth 2 from the top; to depth 3 in deepRoots), and bpf/, whose every
-// file it names.
+// file it names, and daemon/, whose every Go file but tests it names.
 var (
 	layoutRoots = []string{"bpf", "userspace", "maps", "loader", "daemon", "cmd", "tests", "vagrant", "deploy", "bench"}
 	deepRoots   = []string{"userspace", "deploy"}
@@ -251,7 +251,7 @@ func requiredPaths(t *testing.T) []string {
 			switch {
 			case strings.HasPrefix(e.Name(), "."):
 			case !e.IsDir():
-				if dir == "bpf" {
+				if dir == "bpf" || dir == "daemon" && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
 					req = append(req, p)
 				}
 			case e.Name() == "testdata" || dir == "bench/results":
