@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -102,31 +101,16 @@ func (o *Objects) cookieMaps() *cookieMaps {
 
 // openCookieMaps opens the pinned cookie maps of dir; nil when absent.
 func openCookieMaps(dir string, opts *ebpf.LoadPinOptions) (*cookieMaps, error) {
-	if _, err := os.Stat(filepath.Join(dir, xdpMapXlCookieCfg)); errors.Is(err, os.ErrNotExist) {
+	if !pinned(dir, xdpMapXlCookieCfg) {
 		return nil, nil
 	}
 	c := &cookieMaps{}
-	for _, m := range []struct {
-		name string
-		dst  **ebpf.Map
-	}{{xdpMapXlCookieCfg, &c.cfg}, {xdpMapXlCookieState, &c.state}, {xdpMapXlCookieStats, &c.stats}} {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
-		if err != nil {
-			c.close()
-			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
-		}
-		*m.dst = mp
-	}
-	for _, m := range []struct {
-		name string
-		dst  **ebpf.Map
-	}{{xdpMapXlCookieSock, &c.toSocket}, {xdpMapXlCookieLink, &c.link}, {xdpMapXlAnswerStats, &c.answer}} {
-		if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts); err == nil {
-			*m.dst = mp
-		} else if !errors.Is(err, os.ErrNotExist) {
-			c.close()
-			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
-		}
+	if err := openPins(dir, opts,
+		pin{name: xdpMapXlCookieCfg, dst: &c.cfg}, pin{name: xdpMapXlCookieState, dst: &c.state}, pin{name: xdpMapXlCookieStats, dst: &c.stats},
+		pin{name: xdpMapXlCookieSock, dst: &c.toSocket, optional: true}, pin{name: xdpMapXlCookieLink, dst: &c.link, optional: true},
+		pin{name: xdpMapXlAnswerStats, dst: &c.answer, optional: true},
+	); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -135,13 +119,7 @@ func (c *cookieMaps) close() error {
 	if c == nil {
 		return nil
 	}
-	var errs []error
-	for _, m := range []*ebpf.Map{c.cfg, c.state, c.stats, c.toSocket, c.link, c.answer} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
-	}
-	return errors.Join(errs...)
+	return closeMaps(c.cfg, c.state, c.stats, c.toSocket, c.link, c.answer)
 }
 
 // CookieOffsetMin and CookieOffsetMax bound the top byte of the cookie

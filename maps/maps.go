@@ -295,56 +295,23 @@ func (o *Objects) Tables() *Tables {
 
 // OpenPinned opens the maps pinned in dir. The caller must Close it.
 func OpenPinned(dir string, readOnly bool) (*Tables, error) {
-	if _, err := os.Stat(filepath.Join(dir, xdpMapXlGen)); errors.Is(err, os.ErrNotExist) {
+	if !pinned(dir, xdpMapXlGen) {
 		return nil, fmt.Errorf("open %s: %w", dir, ErrNotPinned)
 	}
 	t := &Tables{owned: true}
 	opts := &ebpf.LoadPinOptions{ReadOnly: readOnly}
-	for _, m := range []struct {
-		name string
-		dst  **ebpf.Map
-	}{
-		{xdpMapXlGen, &t.gen}, {xdpMapXlConfig, &t.config}, {xdpMapXlRules, &t.rules},
-		{xdpMapXlPorts, &t.ports}, {xdpMapXlPrefix4, &t.prefix4}, {xdpMapXlPrefix6, &t.prefix6},
-		{xdpMapXlLimits, &t.limits}, {xdpMapXlBuckets, &t.buckets}, {xdpMapXlStats, &t.stats},
-		{xdpMapXlConns, &t.conns}, {xdpMapXlHostAddrs, &t.hostAddrs},
-	} {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
-		if err != nil {
-			t.Close()
-			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
-		}
-		*m.dst = mp
+	if err := openPins(dir, opts,
+		pin{name: xdpMapXlGen, dst: &t.gen}, pin{name: xdpMapXlConfig, dst: &t.config}, pin{name: xdpMapXlRules, dst: &t.rules},
+		pin{name: xdpMapXlPorts, dst: &t.ports}, pin{name: xdpMapXlPrefix4, dst: &t.prefix4}, pin{name: xdpMapXlPrefix6, dst: &t.prefix6},
+		pin{name: xdpMapXlLimits, dst: &t.limits}, pin{name: xdpMapXlBuckets, dst: &t.buckets}, pin{name: xdpMapXlStats, dst: &t.stats},
+		pin{name: xdpMapXlConns, dst: &t.conns}, pin{name: xdpMapXlHostAddrs, dst: &t.hostAddrs},
+		// Absent in the pins of earlier releases (see the fields).
+		pin{name: xdpMapXlSrcTable, dst: &t.srcTable, optional: true}, pin{name: xdpMapXlSrcExts, dst: &t.srcExts, optional: true},
+		pin{name: xdpMapXlSrcFilter, dst: &t.srcFilter, optional: true}, pin{name: xdpMapXlPrefilter, dst: &t.prefilter, optional: true},
+		pin{name: xdpMapXlFlood, dst: &t.flood, optional: true}, pin{name: xdpMapXlConfirm, dst: &t.confirm, optional: true},
+	); err != nil {
+		return nil, err
 	}
-	for _, m := range []struct {
-		name string
-		dst  **ebpf.Map
-	}{{xdpMapXlSrcTable, &t.srcTable}, {xdpMapXlSrcExts, &t.srcExts}, {xdpMapXlSrcFilter, &t.srcFilter}} {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Close()
-			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
-		}
-		*m.dst = mp
-	}
-	pf, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlPrefilter), opts)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlPrefilter, err)
-	}
-	t.prefilter = pf
-	fl, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlFlood), opts)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlFlood, err)
-	}
-	t.flood = fl
-	cf, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlConfirm), opts)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlConfirm, err)
-	}
-	t.confirm = cf
 	c, err := openCookieMaps(dir, opts)
 	if err != nil {
 		t.Close()
@@ -364,14 +331,8 @@ func (t *Tables) Close() error {
 	if !t.owned {
 		return nil
 	}
-	var errs []error
-	for _, m := range []*ebpf.Map{t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm, t.limits, t.buckets, t.stats, t.srcTable, t.srcExts, t.srcFilter, t.conns, t.hostAddrs} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
-	}
-	errs = append(errs, t.cookie.close(), t.resp.close())
-	return errors.Join(errs...)
+	return errors.Join(closeMaps(t.gen, t.config, t.rules, t.ports, t.prefix4, t.prefix6, t.prefilter, t.flood, t.confirm,
+		t.limits, t.buckets, t.stats, t.srcTable, t.srcExts, t.srcFilter, t.conns, t.hostAddrs), t.cookie.close(), t.resp.close())
 }
 
 // ActiveGeneration returns the generation the programs read now.

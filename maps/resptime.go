@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"unsafe"
 
@@ -37,26 +36,15 @@ func (o *Objects) respMaps() *respMaps {
 
 // openRespMaps opens the pinned measures' maps of dir; nil when absent.
 func openRespMaps(dir string, opts *ebpf.LoadPinOptions) (*respMaps, error) {
-	if _, err := os.Stat(filepath.Join(dir, xdpMapXlServed)); errors.Is(err, os.ErrNotExist) {
+	if !pinned(dir, xdpMapXlServed) {
 		return nil, nil
 	}
 	r := &respMaps{}
-	for _, m := range []struct {
-		name string
-		dst  **ebpf.Map
-	}{{xdpMapXlServed, &r.served}, {xdpMapXlRespFlows, &r.flows}, {xdpMapXlRespHists, &r.hists}} {
-		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), opts)
-		if err != nil {
-			r.close()
-			return nil, fmt.Errorf("open pinned map %s: %w", m.name, err)
-		}
-		*m.dst = mp
-	}
-	if mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, xdpMapXlRequests), opts); err == nil {
-		r.requests = mp
-	} else if !errors.Is(err, os.ErrNotExist) {
-		r.close()
-		return nil, fmt.Errorf("open pinned map %s: %w", xdpMapXlRequests, err)
+	if err := openPins(dir, opts,
+		pin{name: xdpMapXlServed, dst: &r.served}, pin{name: xdpMapXlRespFlows, dst: &r.flows}, pin{name: xdpMapXlRespHists, dst: &r.hists},
+		pin{name: xdpMapXlRequests, dst: &r.requests, optional: true},
+	); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -65,13 +53,7 @@ func (r *respMaps) close() error {
 	if r == nil {
 		return nil
 	}
-	var errs []error
-	for _, m := range []*ebpf.Map{r.served, r.flows, r.hists, r.requests} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
-	}
-	return errors.Join(errs...)
+	return closeMaps(r.served, r.flows, r.hists, r.requests)
 }
 
 // ErrNoRespMaps is returned by the measures' readers on pins from an
