@@ -13,12 +13,12 @@ import (
 
 	"github.com/xlimit/xlimit/loader"
 	"github.com/xlimit/xlimit/maps"
-	"github.com/xlimit/xlimit/userspace/api"
 	"github.com/xlimit/xlimit/userspace/dataplane"
+	"github.com/xlimit/xlimit/userspace/status"
 )
 
-func toCounterStatus(c *dataplane.Counters) api.CounterStatus {
-	s := api.CounterStatus{Packets: map[string]uint64{}, Bytes: map[string]uint64{}, Reasons: map[string]uint64{}}
+func toCounterStatus(c *dataplane.Counters) status.Counters {
+	s := status.Counters{Packets: map[string]uint64{}, Bytes: map[string]uint64{}, Reasons: map[string]uint64{}}
 	for v := range dataplane.VerdictMax {
 		s.Packets[v.String()] = c.Packets[v]
 		s.Bytes[v.String()] = c.Bytes[v]
@@ -37,8 +37,8 @@ const topSources = 10
 // Read reads an interface's status from its pins (no daemon needed): the
 // rules, the rates in force, the counters, the top dropped sources and the
 // maps' kernel memory.
-func Read(bpffs, iface string) (api.IfaceStatus, error) {
-	st := api.IfaceStatus{Iface: iface, PinDir: loader.PinDir(bpffs, iface)}
+func Read(bpffs, iface string) (status.Iface, error) {
+	st := status.Iface{Iface: iface, PinDir: loader.PinDir(bpffs, iface)}
 	ls, err := loader.Inspect(bpffs, iface)
 	if err != nil {
 		return st, fmt.Errorf("inspect %s: %w", iface, err)
@@ -46,7 +46,7 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 	st.Attached, st.Ifindex, st.ProgramID, st.LinkID = ls.Attached, ls.Ifindex, ls.ProgramID, ls.LinkID
 	st.Dispatcher = ls.Dispatcher
 	for _, p := range ls.Shared {
-		st.XDPPrograms = append(st.XDPPrograms, api.XDPProgram{Slot: p.Slot, ID: p.ID, Name: p.Name, Priority: p.Priority, ChainActions: p.Chain, Xlimit: p.Xlimit})
+		st.XDPPrograms = append(st.XDPPrograms, status.XDPProgram{Slot: p.Slot, ID: p.ID, Name: p.Name, Priority: p.Priority, ChainActions: p.Chain, Xlimit: p.Xlimit})
 	}
 	t, err := maps.OpenPinned(st.PinDir, true)
 	if err != nil {
@@ -68,7 +68,7 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 	st.CountersReadNS = now
 	for _, slot := range plan.ActiveSlots() {
 		r := &plan.Rules[slot]
-		rs := api.RuleStatus{
+		rs := status.Rule{
 			Slot: slot, Name: r.Name, Unit: "packets",
 			Rate: r.Fallback.Rate(), Burst: r.Fallback.Burst(), RateSource: "static",
 			Shadow:   r.Flags&dataplane.RuleShadow != 0,
@@ -82,7 +82,7 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 			rs.Breaker = gateState(lim.Gate)
 		}
 		if r.Flags&dataplane.RuleConcurrency != 0 {
-			cs := &api.ConcurrencyStatus{Soft: int(r.ConcSoft), Max: int(r.ConcMax)}
+			cs := &status.Concurrency{Soft: int(r.ConcSoft), Max: int(r.ConcMax)}
 			if c, err := t.Conns(slot); err != nil {
 				return st, err
 			} else if c.Epoch == r.Epoch {
@@ -91,10 +91,10 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 			rs.Concurrency = cs
 		}
 		if r.Flags&dataplane.RulePerSource != 0 {
-			ps := &api.PerSourceStatus{
+			ps := &status.PerSource{
 				Rate: r.Source.Rate(), Burst: r.Source.Burst(),
 				PrefixV4: int(r.Prefix4), PrefixV6: int(r.Prefix6), Ban: r.Flags&dataplane.RuleBan != 0,
-				TopSources: []api.SourceStatus{},
+				TopSources: []status.Source{},
 			}
 			top, err := t.Sources(slot, topSources)
 			if err != nil {
@@ -104,7 +104,7 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 				if src.Drops == 0 || src.Epoch != r.Epoch {
 					continue
 				}
-				ps.TopSources = append(ps.TopSources, api.SourceStatus{Prefix: src.Prefix.String(), Drops: src.Drops, Banned: src.BannedUntilNS > now})
+				ps.TopSources = append(ps.TopSources, status.Source{Prefix: src.Prefix.String(), Drops: src.Drops, Banned: src.BannedUntilNS > now})
 			}
 			rs.PerSource = ps
 		}
@@ -113,7 +113,7 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 			if err != nil {
 				return st, err
 			}
-			rs.SynCookies = &api.SynCookieStatus{Mode: mode, Sent: c.Sent, Validated: c.Validated, Failed: c.Failed,
+			rs.SynCookies = &status.SynCookies{Mode: mode, Sent: c.Sent, Validated: c.Validated, Failed: c.Failed,
 				Refused: c.Refused, AssignFailed: c.AssignFailed, OverBudget: c.OverBudget, NotLocal: c.NotLocal,
 				Unanswerable: c.Unanswerable, ToSocket: c.ToSocket}
 		}
@@ -126,7 +126,7 @@ func Read(bpffs, iface string) (api.IfaceStatus, error) {
 	}
 	st.Memory = toMemoryStatus(mem)
 	if host, err := t.HostAddrs(); err == nil {
-		st.HostAddrs = &api.HostAddrsStatus{Listed: len(host), Incomplete: host.Incomplete(),
+		st.HostAddrs = &status.HostAddrs{Listed: len(host), Incomplete: host.Incomplete(),
 			Unmaintained: !t.HostAddrsMaintained(host)}
 		if host.Incomplete() {
 			st.HostAddrs.Listed-- // the mark is no address
@@ -162,10 +162,10 @@ func gateState(g dataplane.Gate) string {
 	return ""
 }
 
-func toMemoryStatus(mem []maps.MapMemory) *api.MemoryStatus {
-	s := &api.MemoryStatus{Maps: []api.MapMemory{}}
+func toMemoryStatus(mem []maps.MapMemory) *status.Memory {
+	s := &status.Memory{Maps: []status.MapMemory{}}
 	for _, m := range mem {
-		s.Maps = append(s.Maps, api.MapMemory{
+		s.Maps = append(s.Maps, status.MapMemory{
 			Name: m.Name, Type: m.Type, KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries,
 			MemlockBytes: m.Memlock, EstimateBytes: m.Estimate,
 		})

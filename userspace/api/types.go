@@ -6,157 +6,28 @@ import (
 	"math"
 
 	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/status"
 )
 
-// StatusReport is the schema of `GET /v1/status` and of
-// `xlimit status --json`: the rules, rates in force and counters of every
-// protected interface.
-type StatusReport struct {
-	Interfaces []IfaceStatus `json:"interfaces"`
-	Fleet      *FleetStatus  `json:"fleet,omitempty"` // with --fleet
-}
-
-// IfaceStatus is one interface of a StatusReport.
-type IfaceStatus struct {
-	Iface      string `json:"iface"`
-	PinDir     string `json:"pin_dir"`
-	Attached   bool   `json:"attached"`
-	Ifindex    int    `json:"ifindex,omitempty"`
-	ProgramID  uint32 `json:"program_id,omitempty"`
-	LinkID     uint32 `json:"link_id,omitempty"`
-	Generation uint32 `json:"generation"`
-	// CountersReadNS is when the counters were read (CLOCK_MONOTONIC, ns):
-	// rates from two reports divide by the difference of these, never by
-	// the time between the requests.
-	CountersReadNS uint64        `json:"counters_read_ns,omitempty"`
-	Rules          []RuleStatus  `json:"rules"`
-	Total          CounterStatus `json:"total"`
-	// Memory is the kernel memory of the interface's maps.
-	Memory *MemoryStatus `json:"memory,omitempty"`
-	// HostAddrs is what the host-address map (xl_host_addrs) holds.
-	HostAddrs *HostAddrsStatus `json:"host_addrs,omitempty"`
-	// Preflight is what the driver's preflight decided when the running
-	// daemon attached (loader/preflight); nil without a daemon.
-	Preflight *PreflightStatus `json:"preflight,omitempty"`
-	// Dispatcher is the id of libxdp's dispatcher when xlimit shares the
-	// interface through it (--xdp-share), and XDPPrograms its slots in
-	// the order they run.
-	Dispatcher  uint32       `json:"dispatcher,omitempty"`
-	XDPPrograms []XDPProgram `json:"xdp_programs,omitempty"`
-}
-
-// PreflightStatus is the driver's preflight of an interface
-// (docs/kernels.md, "Drivers: the preflight").
-type PreflightStatus struct {
-	// XDPTx: the program may send frames back (XDP_TX). False: it was
-	// loaded without, so SYN cookies are the kernel's and refused SYNs are
-	// dropped without a reset.
-	XDPTx    bool     `json:"xdp_tx"`
-	Native   bool     `json:"native"`   // native mode expected to attach
-	Findings []string `json:"findings"` // level: rule: what; to change: fix
-}
-
-// XDPProgram is one slot of the libxdp dispatcher on an interface.
-type XDPProgram struct {
-	Slot     int    `json:"slot"`
-	ID       uint32 `json:"id"`
-	Name     string `json:"name"`
-	Priority uint32 `json:"priority"`
-	// ChainActions are the verdicts after which the next slot runs.
-	ChainActions []string `json:"chain_actions"`
-	Xlimit       bool     `json:"xlimit,omitempty"`
-}
-
-// HostAddrsStatus is what an interface's xl_host_addrs holds: the host's
-// addresses the answering policy knows (docs/dataplane.md, "The host's own
-// addresses").
-type HostAddrsStatus struct {
-	Listed int `json:"listed"` // addresses, the attached interface's MAC included
-	// Incomplete: the map does not list every address of the host (more
-	// than it holds, or the daemon could not read them); the daemon's
-	// xlimit_host_addrs_unlisted says how many are left out.
-	Incomplete bool `json:"incomplete"`
-	// Unmaintained: no daemon's lease on the map is running (the daemon
-	// is stopped or crashed): the program trusts none of it and leaves
-	// the SYNs it would answer by it to the kernel (docs/robustness.md).
-	Unmaintained bool `json:"unmaintained,omitempty"`
-}
-
-// RuleStatus is one rule of an interface.
-type RuleStatus struct {
-	Slot       int           `json:"slot"`
-	Name       string        `json:"name"`
-	Unit       string        `json:"unit"`
-	Rate       float64       `json:"rate"`
-	Burst      float64       `json:"burst"`
-	RateSource string        `json:"rate_source"` // static | control
-	Shadow     bool          `json:"shadow"`
-	Counters   CounterStatus `json:"counters"`
-	// PerSource is the per-source limit, with the sources dropped most.
-	PerSource *PerSourceStatus `json:"per_source,omitempty"`
-	// Concurrency is the concurrency limit and the connections in flight.
-	Concurrency *ConcurrencyStatus `json:"concurrency,omitempty"`
-	// Breaker is the circuit breaker's gate on new connections as the
-	// kernel applies it: "open" (all refused), "half_open" (probes pass);
-	// empty when no gate is in force.
-	Breaker string `json:"breaker,omitempty"`
-	// SynCookies is the rule's SYN cookie mode and counters (rules with
-	// syn_cookies auto or always).
-	SynCookies *SynCookieStatus `json:"syn_cookies,omitempty"`
-}
-
-// SynCookieStatus is what a rule's SYN cookies did (docs/dataplane.md,
-// "SYN cookies"), the slot's counters summed over CPUs like the rule's
-// others: counted by XDP (sent, and the SYNs not answered, by why) and by
-// the TC program that checks the returning ACKs (validated, failed,
-// refused, assign_failed). SYNs for a 4-tuple the host already has a
-// socket for are passed to it (to_socket).
-type SynCookieStatus struct {
-	Mode         string `json:"mode"`          // auto | always
-	Sent         uint64 `json:"sent"`          // SYN-ACKs with a cookie sent
-	Validated    uint64 `json:"validated"`     // ACKs with a valid cookie, charged and handed to the listener
-	Failed       uint64 `json:"failed"`        // ACKs to the listener whose cookie was not valid
-	Refused      uint64 `json:"refused"`       // valid cookies the rule refused (its rate, its gates)
-	AssignFailed uint64 `json:"assign_failed"` // valid and admitted, but the kernel refused to create the socket
-	OverBudget   uint64 `json:"over_budget"`   // SYNs not answered: the host's answer budget was spent
-	NotLocal     uint64 `json:"not_local"`     // SYNs not answered: not to one of the host's addresses
-	Unanswerable uint64 `json:"unanswerable"`  // SYNs not answered: IP options, extension headers, a cut header
-	ToSocket     uint64 `json:"to_socket"`     // SYNs not answered but passed: the host had a socket for their 4-tuple (TIME_WAIT, open)
-}
-
-// ConcurrencyStatus is a rule's concurrency limit and the connections in
-// flight that the kernel counted.
-type ConcurrencyStatus struct {
-	Soft     int   `json:"soft"`
-	Max      int   `json:"max"`
-	InFlight int64 `json:"in_flight"`
-}
-
-// PerSourceStatus is a rule's per-source limit and its most dropped
-// sources.
-type PerSourceStatus struct {
-	Rate       float64        `json:"rate"`
-	Burst      float64        `json:"burst"`
-	PrefixV4   int            `json:"prefix_v4"`
-	PrefixV6   int            `json:"prefix_v6"`
-	Ban        bool           `json:"ban"`
-	TopSources []SourceStatus `json:"top_sources"`
-}
-
-// SourceStatus is one source prefix of a per-source limit.
-type SourceStatus struct {
-	Prefix string `json:"prefix"`
-	Drops  uint64 `json:"drops"`
-	Banned bool   `json:"banned"`
-}
-
-// CounterStatus holds counters summed over CPUs: packets and bytes by
-// verdict (pass, drop, would_drop) and packets by reason (non-zero ones).
-type CounterStatus struct {
-	Packets map[string]uint64 `json:"packets"`
-	Bytes   map[string]uint64 `json:"bytes"`
-	Reasons map[string]uint64 `json:"reasons"`
-}
+// The status schema lives in userspace/status; these are its names in the
+// API's vocabulary, for the API's callers.
+type (
+	StatusReport      = status.Report
+	IfaceStatus       = status.Iface
+	PreflightStatus   = status.Preflight
+	HostAddrsStatus   = status.HostAddrs
+	RuleStatus        = status.Rule
+	SynCookieStatus   = status.SynCookies
+	ConcurrencyStatus = status.Concurrency
+	PerSourceStatus   = status.PerSource
+	SourceStatus      = status.Source
+	CounterStatus     = status.Counters
+	MemoryStatus      = status.Memory
+	FleetStatus       = status.Fleet
+	FleetRuleStatus   = status.FleetRule
+	MapMemory         = status.MapMemory
+	XDPProgram        = status.XDPProgram
+)
 
 // RulesDocument is the answer of `GET /v1/rules`: the rules text in force,
 // where it came from and its SHA-256 (hex), which is also the ETag that
