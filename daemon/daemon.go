@@ -31,17 +31,10 @@ import (
 )
 
 type daemon struct {
-	opts     Options
-	log      *slog.Logger
-	loop     *control.Loop
-	dog      watchdog
-	feedback *xsignal.Feedback
-	probes   xsignal.Probes
-	signals  loopSignals
-	src      *ruleSource    // nil without a rules source (rulesource.go)
-	fleet    *fleetShare    // nil without --fleet (fleet.go)
-	queues   kernelQueues   // paced rules with queue: kernel (queue.go)
-	metrics  *metricsServer // nil without --metrics-addr (metrics.go)
+	opts Options
+	log  *slog.Logger
+	dog  watchdog
+	parts
 
 	kernel    *attached             // the attachments and the plans in force (plans.go)
 	links     *links                // attaching and re-attaching to the interfaces (links.go)
@@ -82,12 +75,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	d := &daemon{opts: o, log: o.Logger, loop: loop, feedback: xsignal.NewFeedback(),
-		queues: kernelQueues{log: o.Logger, detach: o.DetachOnExit}, kernel: newAttached()}
+	d := &daemon{opts: o, log: o.Logger, kernel: newAttached(), parts: parts{loop: loop, feedback: xsignal.NewFeedback(),
+		queues: kernelQueues{log: o.Logger, detach: o.DetachOnExit}}}
 	d.hostAddrs = hostAddrs{log: o.Logger, attached: d.kernel.with}
 	d.rules = &pipeline{opts: &d.opts, log: d.log, kernel: d.kernel, guard: &d.guard, prep: newPreparer(),
-		record: &rulesRecord{}, tick: d.afterTick,
-		queues: &d.queues, loop: loop, feedback: d.feedback, probes: &d.probes, signals: &d.signals}
+		record: &rulesRecord{}, tick: d.afterTick, parts: &d.parts}
 	return d.run(ctx)
 }
 
@@ -118,7 +110,6 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if len(ifaces) == 0 {
 		return fmt.Errorf("%w: no interfaces: give --iface or 'interfaces' in the rules file", ErrUsage)
 	}
-	d.src = d.rules.src
 	defer func() {
 		err = errors.Join(err, d.close())
 	}()
@@ -152,7 +143,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			km := &kernelMeasures{attached: d.kernel.with}
 			s.SetSources(xsignal.KernelSources{Handshakes: km, Responses: km, InFlight: km, Requests: km})
 		}
-		d.rules.hostCPU = func() (float64, bool) {
+		d.hostCPU = func() (float64, bool) {
 			// Overload is CPU usage, or CPU pressure where asked for and
 			// reported, whichever is the higher fraction of its threshold.
 			load := xsignal.SystemLoad{CPU: host.CPU, Pressure: host.CPUPressure}
@@ -173,7 +164,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		return err
 	}
 	if f != nil {
-		d.fleet, d.rules.fleet = f, f
+		d.fleet = f
 		d.loop.SetCap(f.host)
 	}
 	d.links = d.newLinks(ifaces, start)
@@ -190,7 +181,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		d.metrics, d.rules.metrics = m, m
+		d.metrics = m
 		m.startReverts(d.rules.startReverts)
 		m.collector.SetQueues(d.queues.stats)
 		m.collector.SetFleet(d.fleet.metrics)

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/xlimit/xlimit/userspace/control"
-	xsignal "github.com/xlimit/xlimit/userspace/signal"
 )
 
 // pipeline is the part every rules document goes through, whatever its
@@ -28,17 +27,9 @@ type pipeline struct {
 	record *rulesRecord             // the rules in force, as the API shows them
 	tick   func(control.TickReport) // the daemon's afterTick: a commit puts the steered rates in force at once
 
-	// The parts a commit writes, set as the daemon opens them (a part not
-	// open yet is nil: its methods are nil-safe).
-	queues   *kernelQueues
-	loop     *control.Loop
-	feedback *xsignal.Feedback
-	probes   *xsignal.Probes
-	signals  *loopSignals
-	hostCPU  func() (float64, bool) // nil when the host's CPU cannot be read
-	src      *ruleSource            // nil without a rules source (rulesource.go)
-	fleet    *fleetShare            // nil without --fleet (fleet.go)
-	metrics  *metricsServer         // nil until the metrics server starts, and without one
+	// The parts a commit writes: the daemon's (daemon.go), which it sets
+	// as it opens them.
+	*parts
 
 	// The loop goroutine's.
 	specs       *Specs    // in force
