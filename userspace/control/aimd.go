@@ -4,13 +4,7 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/xlimit/xlimit/userspace/signal"
 )
-
-// Signals is what the adaptive law reads of a rule for one tick, as
-// package signal measures it.
-type Signals = signal.Signals
 
 // Action says which branch of the law a tick took.
 type Action uint8

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/xlimit/xlimit/userspace/dataplane"
-	"github.com/xlimit/xlimit/userspace/signal"
 )
 
 // BreakerState is a circuit breaker's state.
@@ -30,10 +29,6 @@ func (s BreakerState) String() string {
 	}
 	return fmt.Sprintf("BreakerState(%d)", uint8(s))
 }
-
-// Outcomes is what a breaker's service did over one tick, as package
-// signal counts it.
-type Outcomes = signal.Outcomes
 
 // Transition is a change of state, with why it happened.
 type Transition struct {

@@ -1,12 +1,29 @@
-package control
+package signal_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/xlimit/xlimit/userspace/config"
+	"github.com/xlimit/xlimit/userspace/control"
 	"github.com/xlimit/xlimit/userspace/dataplane"
 	"github.com/xlimit/xlimit/userspace/signal"
 )
+
+// stallAIMD is an AIMD law of target 25 ms between 1000/s and 12000/s
+// with the default gains, at rate 5000/s.
+func stallAIMD(t *testing.T) *control.AIMD {
+	t.Helper()
+	a, err := control.NewAIMD(control.AIMDParams{
+		TargetLatency: 25 * time.Millisecond, MinRate: 1000, MaxRate: 12000,
+		KA: config.DefaultKA, KM: config.DefaultKM, Gamma: config.DefaultGamma, Alpha: config.DefaultAlpha,
+		CPUHigh: config.DefaultCPUHigh, ErrorThreshold: config.DefaultErrorThreshold,
+	}, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
 
 // respTick is one tick's response-time histogram: fast responses at
 // fastAt, and slow ones at slowAt.
@@ -27,10 +44,11 @@ func respTick(fast int, fastAt time.Duration, slow int, slowAt time.Duration) *d
 // everyone; a real slowdown of every response still must.
 func TestResponseTimeStallingClients(t *testing.T) {
 	const ticks = 30
-	run := func(tick *dataplane.RespHist) (first, last Step) {
-		a := mustAIMD(t, params(), 5000)
+	run := func(tick *dataplane.RespHist) (first, last control.Step) {
+		a := stallAIMD(t)
 		for i := range ticks {
-			s := a.Step(busy(a, signal.TickResponseTime(tick)))
+			// A rule that uses its whole rate on an idle CPU.
+			s := a.Step(control.Signals{Latency: signal.TickResponseTime(tick), CPU: 0.3, UsedRate: a.Rate()})
 			if i == 0 {
 				first = s
 			}
