@@ -26,7 +26,8 @@ type requestReconciler interface {
 }
 
 // reconcileRequests sets each rule's requests in flight to the stamped
-// flows the kernel still follows, on every attached interface, every
+// flows the kernel still follows, on every attached interface whose plan
+// counts requests (countsRequests), every
 // requestsReconcile until ctx ends. It runs under the attachments' lock,
 // so no interface is detached (its maps closed) during a sweep.
 func reconcileRequests(ctx context.Context, with func(func([]*loader.Attachment, map[string]*dataplane.Plan)), log *slog.Logger) {
@@ -37,13 +38,23 @@ func reconcileRequests(ctx context.Context, with func(func([]*loader.Attachment,
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			with(func(attach []*loader.Attachment, _ map[string]*dataplane.Plan) {
+			with(func(attach []*loader.Attachment, plans map[string]*dataplane.Plan) {
 				for _, a := range attach {
-					reconcileOne(a.Iface, a.Tables(), log)
+					if countsRequests(plans[a.Iface]) {
+						reconcileOne(a.Iface, a.Tables(), log)
+					}
 				}
 			})
 		}
 	}
+}
+
+// countsRequests reports whether the plan in force on an interface has a
+// rule whose response time, and so whose requests in flight, the kernel
+// follows: only then is a sweep (a walk of up to 65 536 flows under the
+// attachments' lock) worth its cost.
+func countsRequests(p *dataplane.Plan) bool {
+	return p != nil && p.Globals.RespTime != 0
 }
 
 // reconcileOne reconciles one interface's count and logs what it corrected.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/xlimit/xlimit/maps"
+	"github.com/xlimit/xlimit/userspace/dataplane"
 )
 
 type fakeReconciler struct {
@@ -34,5 +35,18 @@ func TestReconcileOne(t *testing.T) {
 	reconcileOne("eth0", fakeReconciler{err: errors.New("boom")}, log)
 	if s := buf.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "boom") {
 		t.Errorf("failure not logged as a warning: %q", s)
+	}
+}
+
+// TestCountsRequests: an interface is swept only while a rule of its plan
+// has its response time (and requests) followed by the kernel.
+func TestCountsRequests(t *testing.T) {
+	var p dataplane.Plan
+	if countsRequests(nil) || countsRequests(&p) {
+		t.Error("no plan, or a plan without response-time rules: swept")
+	}
+	p.Globals.RespTime = 1 << 3
+	if !countsRequests(&p) {
+		t.Error("a plan with a response-time rule: not swept")
 	}
 }
