@@ -165,6 +165,43 @@ static __always_inline int xl_units_claim_in(__u64 *units, __u64 *tat, __u64 *ta
  * daemon writes a rule's (dataplane.UnitsCode) in xl_rule.source_units:
  * it is not computed per packet. */
 
+/* The code of tolerance tol (dataplane.UnitsCode), for state whose units
+ * are computed where they are used (xl_cookie_share, off the path of
+ * every packet): the highest bit's position found in six steps. */
+static __always_inline __u32 xl_units_code(__u64 tol)
+{
+	if (!tol)
+		return 0;
+	__u32 e = 0;
+	__u64 v = tol;
+	if (v >> 32) {
+		v >>= 32;
+		e += 32;
+	}
+	if (v >> 16) {
+		v >>= 16;
+		e += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		e += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		e += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		e += 2;
+	}
+	if (v >> 1)
+		e += 1;
+	if (e > 62)
+		e = 62;
+	__u64 m = e >= 26 ? tol >> (e - 26) : tol << (26 - e);
+	return (e + 1) << 26 | (__u32)(m & ((1U << 26) - 1));
+}
+
 /* The tolerance a code of xl_rule.source_units stands for (code not 0). */
 static __always_inline __u64 xl_units_decode(__u32 code)
 {

@@ -227,7 +227,7 @@ struct {
 struct xl_cookie_share {
 	__u64 tat; /* GCRA, in the units of the rule's bucket: a quarter of its rate */
 	__u32 epoch;
-	__u32 _pad;
+	__u32 units; /* xl_units_code of the tolerance of tat; 0: unknown */
 };
 
 /* State. Key: slot, or XL_COOKIE_SHARE_SOCKET + slot. Value: the rule's
@@ -835,7 +835,8 @@ static __always_inline __u32 xl_cookie_share_key(__u32 slot, __u32 class)
  * validated cookies, charged to that bucket at TC, always find at least
  * half of it; a flood that knows no 4-tuple of the host's sockets, at
  * least three quarters (docs/dataplane.md, "SYN cookies"). A share starts
- * full when the rule (its epoch) is new. A global function: verified
+ * full when the rule (its epoch) is new, and keeps how full it is across
+ * a change of the rule's rate (issue 41). A global function: verified
  * once. */
 __noinline int xl_cookie_share_take(__u32 k, __u32 epoch, __u64 tol, __u64 inc, __u64 *now)
 {
@@ -845,13 +846,19 @@ __noinline int xl_cookie_share_take(__u32 k, __u32 epoch, __u64 tol, __u64 inc, 
 	if (!s)
 		return 1;
 	__u64 t = xl_time(now) << XL_TIME_SHIFT;
+	__u64 need = inc << XL_COOKIE_SHARE_SHIFT;
+	__u64 stol = tol > need ? tol : need;
+	__u32 code = xl_units_code(stol);
 	if (s->epoch != epoch) {
 		s->tat = t;
+		s->units = code;
 		s->epoch = epoch;
 	}
-	__u64 need = inc << XL_COOKIE_SHARE_SHIFT;
+	/* A change of the rule's rate or burst keeps how full the share is,
+	 * as the rule's bucket does (bucket.h, xl_units_claim_in). */
+	xl_src_units_claim(&s->units, &s->tat, code, stol, t);
 	__u64 retry_u;
-	return xl_gcra_take(&s->tat, tol > need ? tol : need, t, need, need, &retry_u) != 0;
+	return xl_gcra_take(&s->tat, stol, t, need, need, &retry_u) != 0;
 }
 
 /* Rewrites the SYN in ctx, which the rule of key (generation * 64 + slot)

@@ -252,7 +252,7 @@ struct xl_confirm_wait {
 /* Packet-independent settings of one generation (config). */
 struct xl_globals {
 	__u64 portless[XL_PROTO_MAX];	/* rules matching every packet of a class */
-	__u64 frag_match[XL_PROTO_MAX]; /* port rules that take non-first fragments */
+	__u64 frag_match[XL_PROTO_MAX]; /* rules that follow fragments: ported, TCP/UDP portless */
 	__u64 syn_only;			/* rules matching only TCP SYN without ACK */
 	__u64 src_filtered;		/* rules with a `sources` filter */
 	__u64 concurrent;		/* rules with XL_RULE_CONCURRENCY */

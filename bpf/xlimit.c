@@ -307,9 +307,15 @@ int xlimit_xdp(struct xdp_md *ctx)
 	/* A flood's packet that this CPU's memo answers (flood.h). */
 	if (mask && !(pkt.fragment | pkt.first_frag) && xl_flood_drop(&zero, mask, pkt.syn, len))
 		return XDP_DROP;
-	/* Later fragments take their datagram's port rules. */
-	if (later)
+	/* Later fragments take their datagram's rules: those that follow
+	 * fragments (port rules, and rules without ports of TCP and UDP)
+	 * from its first fragment's entry alone, never again by themselves
+	 * (a rule without ports decided the whole datagram there). */
+	if (later) {
+		if (xl_frag_followed(&pkt, g))
+			mask &= ~g->frag_match[pkt.proto & 1];
 		mask |= xl_frag_rules(&pkt);
+	}
 
 	__u32 dropped = 0; /* slot + 1 of the rule that dropped the packet */
 	if (mask)

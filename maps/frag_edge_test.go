@@ -147,3 +147,84 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// portlessSpec is one UDP rule without ports: rate and burst in bytes.
+func portlessSpec(rate, burst float64) *dataplane.Spec {
+	return &dataplane.Spec{Rules: []dataplane.RuleSpec{
+		{Name: "udp-all", Protocol: "udp", Rate: rate, Burst: burst, Bytes: true},
+	}}
+}
+
+// TestFragmentPortlessRule is the last round's "a rule without ports
+// charges each fragment" (issue 41, lower): a UDP byte rule without ports
+// (1000 B/s, burst 3200) and no port rule. A rule without ports must treat
+// a fragmented datagram as a port rule does: decided whole at its first
+// fragment (the bucket lends a full bucket one datagram of 8 kB, whose
+// fragments must all pass; the next, refused, must lose every fragment),
+// IPv6 later fragments joined to their datagram whatever their Next Header
+// (59 or 17), and orphans dropped. Charged fragment by fragment, the lent
+// datagram lost its tail (the host cannot reassemble it: goodput 0 under
+// overload, as issue 26 measured for port rules), and with no port rule
+// IPv6 fragments were not followed at all: a later fragment naming 59 met
+// no UDP rule and passed uncharged.
+func TestFragmentPortlessRule(t *testing.T) {
+	type variant struct {
+		name string
+		src  netip.Addr
+		nh   byte // IPv6: the later fragments' Next Header
+	}
+	for _, v := range []variant{{"IPv4", srcA4, 0}, {"IPv6 NH 17", srcA6, 17}, {"IPv6 NH 59", srcA6, 59}} {
+		t.Run(v.name+" joined", func(t *testing.T) {
+			h := newHarness(t)
+			h.apply(t, compile(t, portlessSpec(1000, 3200), nil))
+			slot := h.slot(t, "udp-all")
+			now := uint64(1000 * second)
+			send := func(id uint16) (int, int) {
+				frames := datagram(v.src, 53, id, 8000)
+				for i := 1; i < len(frames) && v.nh != 0; i++ {
+					frames[i] = withNextHeader(frames[i], v.nh)
+				}
+				p, _ := h.runAll(t, frames, now)
+				return p, len(frames)
+			}
+			before := h.slotCounters(t, slot)
+			p1, n1 := send(1)
+			p2, n2 := send(2)
+			h.checkCounters(t)
+			c := h.slotCounters(t, slot).Sub(before)
+			t.Logf("%s: first datagram %d of %d fragments passed, second %d of %d; rule %s", v.name, p1, n1, p2, n2, fmtCounters(c))
+			if p1 != n1 {
+				t.Errorf("%s: %d of %d fragments of the datagram a full bucket lends passed, want all", v.name, p1, n1)
+			}
+			if p2 != 0 {
+				t.Errorf("%s: %d of %d fragments of the refused datagram passed, want 0", v.name, p2, n2)
+			}
+		})
+		t.Run(v.name+" orphans", func(t *testing.T) {
+			h := newHarness(t)
+			h.apply(t, compile(t, portlessSpec(1000, 3200), nil))
+			now := uint64(1000 * second)
+			before := h.slotCounters(t, dataplane.GlobalSlot)
+			passed, bytes := 0, 0
+			for i := range 40 {
+				f := datagram(v.src, 53, uint16(100+i), 1448*2)[1]
+				if v.nh != 0 {
+					f = withNextHeader(f, v.nh)
+				}
+				p, b := h.runAll(t, [][]byte{f}, now)
+				passed += p
+				bytes += b
+				now += second / 1000
+			}
+			h.checkCounters(t)
+			c := h.slotCounters(t, dataplane.GlobalSlot).Sub(before)
+			t.Logf("%s: %d of 40 orphan later fragments passed (%d B); global %s", v.name, passed, bytes, fmtCounters(c))
+			if passed != 0 {
+				t.Errorf("%s: %d of 40 orphan later fragments passed (%d B through a 1000 B/s rule), want 0", v.name, passed, bytes)
+			}
+			if c.Reasons[dataplane.ReasonFragOrphan] != 40 {
+				t.Errorf("%s: %d counted fragment_orphan, want 40", v.name, c.Reasons[dataplane.ReasonFragOrphan])
+			}
+		})
+	}
+}

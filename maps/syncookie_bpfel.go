@@ -93,7 +93,7 @@ type syncookieXlCookieShare struct {
 	_     structs.HostLayout
 	Tat   uint64
 	Epoch uint32
-	Pad   uint32
+	Units uint32
 }
 
 type syncookieXlCookieState struct {

@@ -111,7 +111,7 @@ type xdpXlCookieShare struct {
 	_     structs.HostLayout
 	Tat   uint64
 	Epoch uint32
-	Pad   uint32
+	Units uint32
 }
 
 type xdpXlCookieState struct {

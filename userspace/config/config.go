@@ -171,7 +171,10 @@ const (
 )
 
 // FragmentPolicy is what a rule with ports does with non-first IP
-// fragments, which carry no L4 header and so no port.
+// fragments, which carry no L4 header and so no port. A TCP or UDP rule
+// without ports takes limit (the default: it follows its fragments as a
+// port rule does) or ignore (it charges each fragment as it comes, as any
+// packet).
 type FragmentPolicy string
 
 const (

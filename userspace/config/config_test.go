@@ -757,3 +757,18 @@ func TestDesignSketchKeys(t *testing.T) {
 		t.Errorf("the trace saw %d mappings and %d enums: the sketch was not decoded", len(tr.mappings), len(tr.enums))
 	}
 }
+
+// TestFragmentsWithoutPorts: a TCP or UDP rule without ports takes
+// `fragments: limit` (its default: it follows fragments as a port rule
+// does) or `ignore` (each fragment charged as it comes); `drop` needs
+// ports (issue 41).
+func TestFragmentsWithoutPorts(t *testing.T) {
+	for _, v := range []FragmentPolicy{FragmentsLimit, FragmentsIgnore} {
+		if got := mustParse(t, rule("fragments: "+string(v))).Rules[0].Fragments; got != v {
+			t.Errorf("fragments: %s on a rule without ports parsed as %q", v, got)
+		}
+	}
+	if got := mustParse(t, rule()).Rules[0].Fragments; got != FragmentsLimit {
+		t.Errorf("a rule without ports defaults to fragments %q, want limit", got)
+	}
+}

@@ -172,8 +172,8 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 	}
 	if m.has("fragments") {
 		if v, at, ok := enum(p, m, "fragments", FragmentsIgnore, FragmentsLimit, FragmentsDrop); ok {
-			if v != FragmentsIgnore && !hasPorts {
-				p.errorf(at, "%s applies only to rules with ports: fragments already match a rule without ports like any packet", v)
+			if v == FragmentsDrop && !hasPorts {
+				p.errorf(at, "%s applies only to rules with ports: a TCP or UDP rule without ports follows fragments (limit) or charges each as it comes (ignore)", v)
 			}
 			r.Fragments = v
 		}

@@ -241,6 +241,7 @@ const cookieShareSocket = MaxRules
 type cookieShare struct {
 	tat   uint64
 	epoch uint32
+	units uint32 // UnitsCode of the tolerance tat was written under
 }
 
 // cookieShareTake is syncookie.h's xl_cookie_share_take: a SYN of cost inc
@@ -254,11 +255,13 @@ func (m *Model) cookieShareTake(r *Rule, slot int, class Answer, b Bucket, inc, 
 		k += cookieShareSocket
 	}
 	s := &m.cookieShares[k]
-	if s.epoch != r.Epoch {
-		*s = cookieShare{tat: nowNS << TimeShift, epoch: r.Epoch}
-	}
 	need := inc << CookieShareShift
 	sb := Bucket{Tol: max(b.Tol, need)}
+	if s.epoch != r.Epoch {
+		*s = cookieShare{tat: nowNS << TimeShift, epoch: r.Epoch, units: UnitsCode(sb.Tol)}
+	}
+	// A change of the rule's rate keeps how full the share is (issue 41).
+	srcUnitsClaim(&s.units, &s.tat, sb.Tol, nowNS<<TimeShift)
 	took, _ := sb.Take(&s.tat, nowNS, need, need)
 	return took != 0
 }

@@ -352,7 +352,12 @@ func (m *Model) eval(frame []byte, nowNS uint64) Result {
 	if mask != 0 && !pkt.Fragment && !pkt.FirstFrag && m.floodDrop(mask, pkt.SYN, nowNS, pkt.Len) {
 		return Result{Verdict: VerdictDrop, Reason: ReasonRule}
 	}
-	// Later fragments take their datagram's port rules.
+	// Later fragments take their datagram's rules: those that follow
+	// fragments (port rules, and rules without ports of TCP and UDP) from
+	// its first fragment's entry alone (xlimit.c).
+	if pkt.Fragment && m.fragTracked(&pkt) && m.fragFollowed(&pkt) {
+		mask &^= g.FragMatch[pkt.Proto]
+	}
 	if frag != nil {
 		mask |= frag.rules
 	}

@@ -279,6 +279,15 @@ func Compile(spec *Spec, prev *Plan) (*Plan, error) {
 		if len(r.Ports) == 0 {
 			for _, c := range protos {
 				p.Globals.Portless[c] |= bit
+				// A rule without ports of TCP or UDP follows their
+				// fragments as a port rule does (frag.h): a datagram
+				// decided whole at its first fragment, IPv6 later
+				// fragments joined to it whatever their Next Header,
+				// orphans dropped. `fragments: ignore` charges each
+				// fragment as it comes instead (issue 41).
+				if c < PortProtos && r.Fragments != "ignore" {
+					p.Globals.FragMatch[c] |= bit
+				}
 			}
 		} else {
 			for _, c := range protos {

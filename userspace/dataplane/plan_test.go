@@ -76,9 +76,16 @@ func TestCompileMatchMasks(t *testing.T) {
 	if g.Portless[ProtoICMP] != bit("icmp")|bit("all") || g.Portless[ProtoOther] != bit("all") || g.Portless[ProtoTCP] != bit("all") {
 		t.Errorf("portless masks %b", g.Portless)
 	}
-	// Port rules take fragments unless they say ignore (limit is the default).
-	if g.SynOnly != bit("syn") || g.FragMatch[ProtoTCP] != bit("syn")|bit("web")|bit("dns") || g.FragMatch[ProtoUDP] != bit("frag")|bit("dns") {
+	// Port rules take fragments unless they say ignore (limit is the
+	// default); TCP and UDP rules without ports always follow them.
+	if g.SynOnly != bit("syn") || g.FragMatch[ProtoTCP] != bit("syn")|bit("web")|bit("dns")|bit("all") || g.FragMatch[ProtoUDP] != bit("frag")|bit("dns")|bit("all") {
 		t.Errorf("syn %b frag %b", g.SynOnly, g.FragMatch)
+	}
+	// `fragments: ignore` on a rule without ports: each fragment charged
+	// as it comes, not followed.
+	pi := mustCompile(t, &Spec{Rules: []RuleSpec{{Name: "udp-all", Protocol: "udp", Rate: 1, Burst: 1, Fragments: "ignore"}}}, nil)
+	if pi.Globals.FragMatch[ProtoUDP] != 0 || pi.Globals.Portless[ProtoUDP] == 0 {
+		t.Errorf("portless ignore: portless %b frag %b", pi.Globals.Portless, pi.Globals.FragMatch)
 	}
 	if f := p.Rules[p.Slot("syn")].Flags; f&RuleFragDrop == 0 {
 		t.Errorf("syn rule flags %b", f)

@@ -11,7 +11,6 @@ package corpus
 import (
 	"net/netip"
 	"strconv"
-	"strings"
 
 	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -331,19 +330,12 @@ func Cases() []Case {
 		// The first fragment was dropped: so is the rest, before any rule.
 		add(Case{Name: f.name + ", fragments drop", Spec: "frag-drop", Pre: [][]byte{f.first}, Frame: f.frame,
 			Reason: dataplane.ReasonFragment, Rules: []RuleWant{{"dns", dataplane.VerdictDrop, dataplane.ReasonFragment}}})
-		switch {
-		case f.orphan != nil && strings.HasPrefix(f.name, "ipv6"):
-			// An IPv6 later fragment's Next Header is not its datagram's
-			// protocol (issue 41, H2): with the TCP rule following
-			// fragments, an orphan is an orphan whatever it names.
-			add(Case{Name: f.name + " without its first, fragments ignore", Spec: "frag-ignore", Frame: f.orphan,
-				Reason: dataplane.ReasonFragOrphan})
-		case f.orphan != nil:
-			add(Case{Name: f.name + " without its first, fragments ignore", Spec: "frag-ignore", Frame: f.orphan,
-				Pass: true, Reason: adm, Rules: []RuleWant{admit("udp-all")}})
-		}
+		// An orphan is an orphan under every policy of the port rule: the
+		// UDP rule without ports follows fragments too (issue 41), and an
+		// IPv6 later fragment's Next Header is not its datagram's
+		// protocol (issue 41, H2).
 		if f.orphan != nil {
-			for _, policy := range []string{"limit", "drop"} {
+			for _, policy := range []string{"ignore", "limit", "drop"} {
 				add(Case{Name: f.name + " without its first, fragments " + policy, Spec: "frag-" + policy,
 					Frame: f.orphan, Reason: dataplane.ReasonFragOrphan})
 			}
