@@ -26,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -44,6 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 )
 
 const (
@@ -145,6 +147,7 @@ type runner struct {
 	base      string // the results' path without extension
 	capacity  float64
 	recreated int // times the veth pair was made again
+	clientXDP io.Closer
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -254,6 +257,10 @@ func (r *runner) close() error {
 		}
 	}
 	var errs []error
+	if r.clientXDP != nil {
+		errs = append(errs, r.clientXDP.Close())
+		r.clientXDP = nil
+	}
 	if r.lab != nil {
 		r.detach()
 	}
@@ -305,6 +312,9 @@ func (r *runner) run(ctx context.Context, o options) error {
 	}
 	if r.lab, err = lab.New(lab.Options{Prefix: "xlhb"}); err != nil {
 		return fmt.Errorf("make lab: %w", err)
+	}
+	if err := r.attachClientXDP(); err != nil {
+		return err
 	}
 	// The client opens up to ~3 700 connections a second without
 	// keep-alive: every local port, and TIME_WAIT's reused.
@@ -618,12 +628,7 @@ type floodRun struct {
 
 func (r *runner) startFlood(ctx context.Context, pps float64) (*floodRun, error) {
 	spec := r.lab.ClientFlood(false)
-	// Sources from the /16 of 198.18.0.0/15 that does not hold the lab.
-	other := netip.MustParsePrefix("198.19.0.0/16")
-	if r.lab.Subnet4.Addr().As4()[1] == 19 {
-		other = netip.MustParsePrefix("198.18.0.0/16")
-	}
-	spec.Src, spec.RandomSources = netip.Addr{}, other
+	spec.Src, spec.RandomSources = netip.Addr{}, floodNet(r.lab)
 	spec.Proto, spec.DstPort, spec.Rate = lab.ProtoTCPSYN, 80, pps
 	spec.Duration = 10 * time.Minute
 	spec.MaxBurst = int(pps / 100) // at most 10 ms of backlog at once
@@ -742,6 +747,9 @@ func (r *runner) mendLab() (bool, error) {
 		return true, fmt.Errorf("make the lab's veth pair again: %w", err)
 	}
 	r.recreated++
+	if err := r.attachClientXDP(); err != nil {
+		return true, err
+	}
 	if !r.healthy() {
 		return true, errors.New("the lab carries no traffic, even with a new veth pair")
 	}
@@ -755,4 +763,38 @@ func (r *runner) serverTxDropped() uint64 {
 		return 0
 	}
 	return s.TxDropped
+}
+
+// floodNet is where the flood's spoofed sources are: the /16 of
+// 198.18.0.0/15 that does not hold the lab.
+func floodNet(l *lab.Lab) netip.Prefix {
+	if l.Subnet4.Addr().As4()[1] == 19 {
+		return netip.MustParsePrefix("198.18.0.0/16")
+	}
+	return netip.MustParsePrefix("198.19.0.0/16")
+}
+
+// attachClientXDP attaches, on the client end of the veth pair, an XDP
+// program that passes every frame but those to the flood's spoofed
+// sources (xdppass.AttachSink), as a real NIC delivers: a veth delivers
+// the frames its peer's XDP program sends back (XDP_TX: resets, SYN
+// cookies) at once only when this end runs an XDP program; without one
+// they wait in its ring, and the daemon warns that its answers "will not
+// arrive" (issue 42). The answers to spoofed sources leave the host and are
+// the network's to carry: the lab drops them at the client's NIC instead
+// of charging the machine's CPU with a stack no real host would run for
+// them.
+func (r *runner) attachClientXDP() error {
+	if r.clientXDP != nil {
+		_ = r.clientXDP.Close() // the old pair's; gone with it
+		r.clientXDP = nil
+	}
+	return r.lab.Client.Do(func() error {
+		c, err := xdppass.AttachSink(r.lab.ClientIf, floodNet(r.lab))
+		if err != nil {
+			return fmt.Errorf("attach the client end's XDP program: %w", err)
+		}
+		r.clientXDP = c
+		return nil
+	})
 }
