@@ -26,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -44,6 +45,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
 )
 
 const (
@@ -145,6 +147,9 @@ type runner struct {
 	base      string // the results' path without extension
 	capacity  float64
 	recreated int // times the veth pair was made again
+	clientXDP io.Closer
+	// noClientXDP: the client end runs no XDP program (-client-xdp=false).
+	noClientXDP bool
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -179,7 +184,13 @@ type cell struct {
 	LabRecreated    bool            `json:"lab_recreated,omitempty"`
 	Wedged          bool            `json:"wedged,omitempty"`
 	Status          json.RawMessage `json:"xlimit_status,omitempty"`
-	Err             string          `json:"error,omitempty"`
+	// The TCP counters (/proc/net/netstat, /proc/net/snmp) that moved
+	// over the cell, of the server's and the client's namespaces: where
+	// a connection was lost (ListenOverflows: nginx's accept queue full;
+	// TCPSynRetrans: SYNs the client sent again).
+	ServerTCP map[string]int64 `json:"server_tcp,omitempty"`
+	ClientTCP map[string]int64 `json:"client_tcp,omitempty"`
+	Err       string           `json:"error,omitempty"`
 }
 
 func main() {
@@ -197,6 +208,7 @@ func main() {
 	label := flag.String("label", "", "a word in the report's file name")
 	xlCommit := flag.String("xlimit-commit", "", "the commit -xlimit was built from, when not this checkout's")
 	quick := flag.Bool("quick", false, "shorter steps (2 s, 5 s, 2 s): a smoke test, not a figure")
+	clientXDP := flag.Bool("client-xdp", true, "run an XDP program on the client end of the veth pair (passes every frame but those to the flood's sources), as a real NIC delivers XDP_TX answers")
 	flag.Parse()
 	if *quick {
 		lowDur, highDur = 2*time.Second, 5*time.Second
@@ -209,7 +221,7 @@ func main() {
 	defer stop()
 	opts := options{out: *out, example: *example, only: split(*only), mults: *mults, kas: split(*kas),
 		flood: split(*floodVariants), floodPPS: *floodPPS, capacity: *capacity, label: *label, xlCommit: *xlCommit}
-	r := &runner{xlimitBin: abs(*xlimitBin), loadBin: abs(*loadBin), appBin: abs(*appBin)}
+	r := &runner{xlimitBin: abs(*xlimitBin), loadBin: abs(*loadBin), appBin: abs(*appBin), noClientXDP: !*clientXDP}
 	err := r.run(ctx, opts)
 	if cerr := r.close(); cerr != nil {
 		err = errors.Join(err, cerr)
@@ -254,6 +266,10 @@ func (r *runner) close() error {
 		}
 	}
 	var errs []error
+	if r.clientXDP != nil {
+		errs = append(errs, r.clientXDP.Close())
+		r.clientXDP = nil
+	}
 	if r.lab != nil {
 		r.detach()
 	}
@@ -306,6 +322,9 @@ func (r *runner) run(ctx context.Context, o options) error {
 	if r.lab, err = lab.New(lab.Options{Prefix: "xlhb"}); err != nil {
 		return fmt.Errorf("make lab: %w", err)
 	}
+	if err := r.attachClientXDP(); err != nil {
+		return err
+	}
 	// The client opens up to ~3 700 connections a second without
 	// keep-alive: every local port, and TIME_WAIT's reused.
 	if out, err := r.lab.Client.Command(ctx, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range=1024 65535", "net.ipv4.tcp_tw_reuse=1").CombinedOutput(); err != nil {
@@ -354,6 +373,7 @@ func (r *runner) run(ctx context.Context, o options) error {
 		}
 	}
 	facts.Capacity = r.capacity
+	facts.ClientXDP = !r.noClientXDP
 	r.logf("capacity %.0f requests/s", r.capacity)
 	ngx.stop(syscall.SIGQUIT, 5*time.Second)
 	if _, err = r.startNginx(ngxDir, r.capacity); err != nil {
@@ -544,8 +564,8 @@ func (r *runner) runVariant(ctx context.Context, v variant, flood bool, o option
 			}
 			ov := c.Overload
 			if ov != nil {
-				r.logf("%-18s ka=%-3s %4.0fx flood=%-5v sent %6.0f/s good %6.1f/s p50 %6.1f p99 %7.1f refused p99 %6.1f to %5d rst %5d 503 %5d q %4d load %s %s",
-					v.Name, ka, mult, flood, ov.SentRate, ov.Goodput, ov.P50ms, ov.P99ms, ov.RefusedMs, ov.Timeout, ov.Reset, ov.E503, c.MaxQueue, c.LoadAvg, c.Err)
+				r.logf("%-18s ka=%-3s %4.0fx flood=%-5v sent %6.0f/s good %6.1f/s p50 %6.1f p99 %7.1f refused p99 %6.1f to %5d rst %5d 503 %5d q %4d load %s cpu %.2f server %v client %v %s",
+					v.Name, ka, mult, flood, ov.SentRate, ov.Goodput, ov.P50ms, ov.P99ms, ov.RefusedMs, ov.Timeout, ov.Reset, ov.E503, c.MaxQueue, c.LoadAvg, c.CPUBusy, c.ServerTCP, c.ClientTCP, c.Err)
 			} else {
 				r.logf("%-18s ka=%-3s %4.0fx flood=%-5v: %s", v.Name, ka, mult, flood, c.Err)
 			}
@@ -577,9 +597,11 @@ func (r *runner) cell(ctx context.Context, v variant, ka bool, mult float64, flo
 		time.Sleep(time.Second)
 		fl.mark()
 	}
+	srv0, cli0 := r.tcpCounters(r.lab.Server), r.tcpCounters(r.lab.Client)
 	b0, t0 := cpuTimes()
 	sum, raw, err := r.runLoad(ctx, args...)
 	b1, t1 := cpuTimes()
+	c.ServerTCP, c.ClientTCP = moved(srv0, r.tcpCounters(r.lab.Server)), moved(cli0, r.tcpCounters(r.lab.Client))
 	if t1 > t0 {
 		c.CPUBusy = float64(b1-b0) / float64(t1-t0)
 	}
@@ -618,12 +640,7 @@ type floodRun struct {
 
 func (r *runner) startFlood(ctx context.Context, pps float64) (*floodRun, error) {
 	spec := r.lab.ClientFlood(false)
-	// Sources from the /16 of 198.18.0.0/15 that does not hold the lab.
-	other := netip.MustParsePrefix("198.19.0.0/16")
-	if r.lab.Subnet4.Addr().As4()[1] == 19 {
-		other = netip.MustParsePrefix("198.18.0.0/16")
-	}
-	spec.Src, spec.RandomSources = netip.Addr{}, other
+	spec.Src, spec.RandomSources = netip.Addr{}, floodNet(r.lab)
 	spec.Proto, spec.DstPort, spec.Rate = lab.ProtoTCPSYN, 80, pps
 	spec.Duration = 10 * time.Minute
 	spec.MaxBurst = int(pps / 100) // at most 10 ms of backlog at once
@@ -686,6 +703,7 @@ type facts struct {
 	LoadBefore, LoadAfter                    string
 	CPUs                                     int
 	Capacity                                 float64
+	ClientXDP                                bool // the client end ran an XDP program
 	Nginx                                    string
 	Strangers, StrangersAfter                []string
 	Recreated                                int // veth pairs made again (see runVariant)
@@ -742,6 +760,9 @@ func (r *runner) mendLab() (bool, error) {
 		return true, fmt.Errorf("make the lab's veth pair again: %w", err)
 	}
 	r.recreated++
+	if err := r.attachClientXDP(); err != nil {
+		return true, err
+	}
 	if !r.healthy() {
 		return true, errors.New("the lab carries no traffic, even with a new veth pair")
 	}
@@ -755,4 +776,87 @@ func (r *runner) serverTxDropped() uint64 {
 		return 0
 	}
 	return s.TxDropped
+}
+
+// floodNet is where the flood's spoofed sources are: the /16 of
+// 198.18.0.0/15 that does not hold the lab.
+func floodNet(l *lab.Lab) netip.Prefix {
+	if l.Subnet4.Addr().As4()[1] == 19 {
+		return netip.MustParsePrefix("198.18.0.0/16")
+	}
+	return netip.MustParsePrefix("198.19.0.0/16")
+}
+
+// attachClientXDP attaches, on the client end of the veth pair, an XDP
+// program that passes every frame but those to the flood's spoofed
+// sources (xdppass.AttachSink), as a real NIC delivers: a veth delivers
+// the frames its peer's XDP program sends back (XDP_TX: resets, SYN
+// cookies) at once only when this end runs an XDP program; without one
+// they wait in its ring, and the daemon warns that its answers "will not
+// arrive" (issue 42). The answers to spoofed sources leave the host and are
+// the network's to carry: the lab drops them at the client's NIC instead
+// of charging the machine's CPU with a stack no real host would run for
+// them.
+func (r *runner) attachClientXDP() error {
+	if r.clientXDP != nil {
+		_ = r.clientXDP.Close() // the old pair's; gone with it
+		r.clientXDP = nil
+	}
+	if r.noClientXDP {
+		return nil
+	}
+	return r.lab.Client.Do(func() error {
+		c, err := xdppass.AttachSink(r.lab.ClientIf, floodNet(r.lab))
+		if err != nil {
+			return fmt.Errorf("attach the client end's XDP program: %w", err)
+		}
+		r.clientXDP = c
+		return nil
+	})
+}
+
+// tcpCounters reads the TCP counters of ns (/proc/net/netstat and
+// /proc/net/snmp, "TcpExt"/"Tcp" lines, as `cat` in ns sees them); nil on
+// error.
+func (r *runner) tcpCounters(ns *lab.NS) map[string]int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := ns.Command(ctx, "cat", "/proc/net/netstat", "/proc/net/snmp").Output()
+	if err != nil {
+		return nil
+	}
+	m := map[string]int64{}
+	lines := strings.Split(string(out), "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) < 2 || len(names) != len(values) || names[0] != values[0] ||
+			(names[0] != "TcpExt:" && names[0] != "Tcp:") {
+			continue
+		}
+		for j := 1; j < len(names); j++ {
+			var v int64
+			if _, err := fmt.Sscan(values[j], &v); err == nil {
+				m[names[j]] = v
+			}
+		}
+		i++
+	}
+	return m
+}
+
+// moved is the counters of b that differ from a's, as differences; only
+// those that count losses and retries (the rest are noise in the report).
+func moved(a, b map[string]int64) map[string]int64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	keep := []string{"ListenOverflows", "ListenDrops", "TCPReqQFullDrop", "TCPReqQFullDoCookies", "SyncookiesSent",
+		"TCPSynRetrans", "TCPTimeouts", "AttemptFails", "EstabResets", "ActiveOpens", "PassiveOpens", "OutRsts", "TCPAbortOnData", "TCPAbortOnClose"}
+	m := map[string]int64{}
+	for _, k := range keep {
+		if d := b[k] - a[k]; d != 0 {
+			m[k] = d
+		}
+	}
+	return m
 }

@@ -27,6 +27,11 @@ func writeReport(base string, f facts, cells []*cell, o options) error {
 	w("# make bench-http: nginx → a Go app with a bounded pool, vegeta, side by side (issue 42)")
 	w("")
 	w("- commit: `%s` (`%s`), xlimit built from `%s`; kernel %s; %d CPUs; nginx %s", f.Commit, f.Describe, f.XlimitCommit, f.Kernel, f.CPUs, f.Nginx)
+	if f.ClientXDP {
+		w("- the client end of the veth pair runs an XDP program that passes every frame but those to the flood's sources (XDP_TX answers delivered at once, as by a real NIC)")
+	} else {
+		w("- the client end of the veth pair runs no XDP program (-client-xdp=false): XDP_TX answers may wait in its ring")
+	}
 	w("- started %s, ended %s; load average before %s, after %s", f.Started, orDash(f.Ended), f.LoadBefore, orDash(f.LoadAfter))
 	if len(f.Strangers) > 0 || len(f.StrangersAfter) > 0 {
 		w("- **processes this run did not start** (may falsify figures): before %s, after %s", strings.Join(f.Strangers, " "), strings.Join(f.StrangersAfter, " "))

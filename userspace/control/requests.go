@@ -28,13 +28,24 @@ import (
 // shows a longer rtt at the next sample and is cut to its new μ·goal at
 // once. Between samples the kernel enforces the cap on every request.
 //
-// The rate only bounds new connections while the cap does the work: it
-// follows what the service completes, max(μ̂, L/goal)·(1 + s/τ), and is
-// never cut for a queue that the cap already bounds (the queue of requests
-// on established connections that starved keep-alive services, issue 42).
-// When no response arrives for requestStall while requests are in flight,
-// rate and cap probe upward: a stalled count, or responses the program
-// missed, must not hold a cut for ever.
+// The rate does not follow the service here: the cap does the work, and a
+// request it refuses rides an established connection, whose address is
+// proven, so its refusal is a reset both ways at any rate (bpf/request_tc.h).
+// A SYN the rate refuses is answered only within the reset budgets (the
+// rule's, at its rate; the host's), which bound what a spoofed flood can
+// reflect; past them it is dropped silently and its client retries after
+// 1 s. A rate that followed what the service completes, max(μ̂,
+// L/goal)·(1 + s/τ), refused most new connections at 10× (a connection per
+// request, or the replacement connection of every keep-alive request the
+// cap refused), and most of those silently: 26 755 client timeouts at 10×
+// with a connection per request, 34 018 with keep-alive (make bench-http
+// at d66d3e9, issue 42). So the rate of new connections stays at the
+// rule's own rate (its start, clamped into [min_rate, max_rate]), or what
+// the service completes if that is higher; errors above the threshold cut
+// it to μ for the tick, and it grows back by 1 + s/τ a sample. When no
+// response arrives for requestStall while requests are in flight, the cap
+// probes upward: a stalled count, or responses the program missed, must
+// not hold a cut for ever.
 
 // requestStall is how long without a response, with requests in flight,
 // the limit holds before it probes upward (seconds).
@@ -83,7 +94,7 @@ func (t *Track) stepRequests(in Signals, dt float64) Step {
 			// The probing factor of a fresh sample a tick long.
 			probe := 1 + t.setpoint/(tauFactor*max(dt, 0.001))
 			rl.limit *= probe
-			t.rate = min(t.rate*probe, t.p.MaxRate)
+			t.rate = min(max(t.rate*probe, t.start), t.p.MaxRate)
 			step.Action, step.Rate = ActionProbe, t.rate
 			step.InFlightCap = math.Round(rl.limit)
 			step.MaxBurst = max(t.setpoint*t.rate, 1)
@@ -129,10 +140,11 @@ func (t *Track) stepRequests(in Signals, dt float64) Step {
 		step.Action = ActionHoldIdle
 	}
 	rl.limit = max(rl.limit, requestMinLimit)
-	// The rate of new connections follows what the service completes; the
-	// cap bounds the queue.
-	est := max(t.mu(), mu, rl.limit/goal)
-	next := est * probe
+	// The cap bounds the queue; the rate of new connections stays at the
+	// rule's own, or what the service completes if higher, and grows
+	// back to it after a cut for errors.
+	est := max(t.mu(), mu, rl.limit/goal) * probe
+	next := max(min(t.rate*probe, t.start), est)
 	errorsOK := !in.ErrorsStale && valid(in.ErrorRate)
 	if errorsOK && in.ErrorRate > t.p.ErrorThreshold {
 		step.Action, next = ActionCutErrors, min(next, mu)

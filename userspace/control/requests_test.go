@@ -14,6 +14,15 @@ import (
 // that give up after 2 s. The kernel in front refuses a request while the
 // requests in flight are at the cap (cap 0: none), and, for clients that
 // open a connection per request, a request over the rule's token bucket.
+//
+// A SYN the bucket refuses is answered with a reset only while the rule's
+// reset bucket (at the rule's rate and burst, bpf/reset.h) and the host's
+// (1000/s, burst 1000) have room: otherwise it is dropped silently, and
+// its client retransmits the SYN after 1 s and then 3 s (Linux's SYN
+// timeouts), past its 2 s dial timeout: a timeout. A keep-alive request
+// the cap refuses kills its connection; the client retries it once on a
+// new connection (net/http retries an idempotent request that failed on a
+// reused connection), which meets the SYN gate and the cap again.
 type httpPlant struct {
 	rng      *rand.Rand
 	workers  int
@@ -30,6 +39,9 @@ type httpPlant struct {
 	cap          float64
 	rate, burst  float64
 	tokens       float64
+	rstTokens    float64 // the rule's reset bucket
+	hostRst      float64 // the host's reset bucket
+	synRetry     []synWait
 	tickResp     []float64 // response times finished this tick
 	tickAdmitted int
 	tickOffered  int
@@ -59,26 +71,24 @@ func (p *httpPlant) advance(d, lambda float64) {
 	for end := p.now + d; p.now < end-1e-12; {
 		p.now += step
 		p.tokens = min(p.tokens+p.rate*step, max(p.burst, 1))
-		for range poisson(p.rng, lambda*step) {
-			p.tickOffered++
-			if !p.keep && p.rate > 0 {
-				if p.tokens < 1 {
-					p.tickRefused++
-					if p.inWindow(p.now) {
-						p.refusedWin++
-					}
-					continue
-				}
-				p.tokens--
-			}
-			if p.cap > 0 && float64(p.inFlight()) >= p.cap {
-				if p.inWindow(p.now) {
-					p.refusedWin++
-				}
+		p.rstTokens = min(p.rstTokens+p.rate*step, max(p.burst, 1))
+		p.hostRst = min(p.hostRst+1000*step, 1000)
+		// SYNs retransmitted now.
+		for i := 0; i < len(p.synRetry); {
+			if w := p.synRetry[i]; w.at <= p.now+1e-12 {
+				p.synRetry = slices.Delete(p.synRetry, i, i+1)
+				p.connect(w.arrival, w.tries, w.retried)
 				continue
 			}
-			p.tickAdmitted++
-			p.queue = append(p.queue, p.now)
+			i++
+		}
+		for range poisson(p.rng, lambda*step) {
+			p.tickOffered++
+			if !p.keep {
+				p.connect(p.now, 0, false)
+				continue
+			}
+			p.request(p.now, false)
 		}
 		if p.now < p.stalled {
 			continue
@@ -116,6 +126,60 @@ func (p *httpPlant) advance(d, lambda float64) {
 		}
 		p.maxQueue = max(p.maxQueue, len(p.queue))
 	}
+}
+
+// synWait is a SYN dropped silently, to be retransmitted at at.
+type synWait struct {
+	at, arrival float64
+	tries       int
+	retried     bool
+}
+
+// connect is a SYN of a request that arrived at arrival (tries: SYNs
+// dropped silently before it): through the rule's bucket, then the
+// request.
+func (p *httpPlant) connect(arrival float64, tries int, retried bool) {
+	if p.rate > 0 {
+		if p.tokens < 1 {
+			p.tickRefused++
+			if p.rstTokens >= 1 && p.hostRst >= 1 {
+				p.rstTokens--
+				p.hostRst--
+				if p.inWindow(arrival) {
+					p.refusedWin++
+				}
+				return
+			}
+			// Silent: retransmitted after 1 s, then 2 s more; the
+			// dial gives up at 2 s.
+			if next := arrival + float64(int(1)<<(tries+1)) - 1; next-arrival < 2 {
+				p.synRetry = append(p.synRetry, synWait{at: next, arrival: arrival, tries: tries + 1, retried: retried})
+			} else if p.inWindow(arrival) {
+				p.timeoutWin++
+			}
+			return
+		}
+		p.tokens--
+	}
+	p.request(arrival, retried)
+}
+
+// request is a request on an established connection: the cap, then the
+// service's queue. A keep-alive request the cap refused is retried once
+// on a new connection.
+func (p *httpPlant) request(arrival float64, retried bool) {
+	if p.cap > 0 && float64(p.inFlight()) >= p.cap {
+		if p.keep && !retried {
+			p.connect(arrival, 0, true)
+			return
+		}
+		if p.inWindow(arrival) {
+			p.refusedWin++
+		}
+		return
+	}
+	p.tickAdmitted++
+	p.queue = append(p.queue, arrival)
 }
 
 // signals is what the sampler reads at the end of a tick of length dt:
@@ -332,9 +396,27 @@ func TestTrackRequestsBranches(t *testing.T) {
 	if st.InFlightCap != 8 {
 		t.Fatalf("slow, from 15: cap %v, want 8 (400 × 0.021)", st.InFlightCap)
 	}
-	// The rate follows the service: 400 × (1 + s/τ), not the queue.
-	if want := 400 * (1 + 0.01/0.075); math.Abs(st.Rate-want) > 1e-6 {
-		t.Fatalf("rate %v, want %v", st.Rate, want)
+	// The rate of new connections stays at the rule's own (50000): the
+	// cap refuses requests, by resets at any rate; a rate at what the
+	// service completes refused SYNs past the reset budgets, silently.
+	if st.Rate != 50000 {
+		t.Fatalf("rate %v, want the rule's 50000", st.Rate)
+	}
+	// Errors above the threshold cut it to μ for the tick; it grows back
+	// by 1 + s/τ a sample, from what the service completes.
+	errs := sig(8, 0.015, 0.011, 400)
+	errs.ErrorsStale, errs.ErrorRate = false, 0.5
+	if st = tr.Step(errs, tick); st.Rate != 400 || st.Action != ActionCutErrors {
+		t.Fatalf("errors: rate %v %v, want 400 cut_errors", st.Rate, st.Action)
+	}
+	if st = tr.Step(sig(8, 0.015, 0.011, 400), tick); st.Rate <= 400 || st.Rate >= 50000 {
+		t.Fatalf("after errors: rate %v, want grown from 400, not yet back at 50000", st.Rate)
+	}
+	for range 100 {
+		st = tr.Step(sig(8, 0.015, 0.011, 400), tick)
+	}
+	if st.Rate != 50000 {
+		t.Fatalf("100 samples after errors: rate %v, want back at 50000", st.Rate)
 	}
 	// No response with requests in flight: held for requestStall, then
 	// probed each tick.

@@ -74,6 +74,7 @@ type Track struct {
 	target   float64 // seconds
 	setpoint float64 // seconds: target × setpointFactor
 	rate     float64
+	start    float64 // the initial rate, clamped: the requests regime's rate
 
 	mus       [trackWindow]float64 // service rates of the last saturated samples
 	nmu, imu  int
@@ -146,7 +147,8 @@ func NewTrack(p TrackParams, initial float64) (*Track, error) {
 	if p.LatencyOnly {
 		setpoint = target
 	}
-	return &Track{p: p, target: target, setpoint: setpoint, rate: min(max(initial, p.MinRate), p.MaxRate)}, nil
+	r := min(max(initial, p.MinRate), p.MaxRate)
+	return &Track{p: p, target: target, setpoint: setpoint, rate: r, start: r}, nil
 }
 
 // Rate is the rate in force.
