@@ -1,0 +1,226 @@
+//go:build linux
+
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlimit/xlimit/tests/kit/lab"
+	"github.com/xlimit/xlimit/tests/kit/xdppass"
+	"github.com/xlimit/xlimit/userspace/dataplane"
+)
+
+// ipprotoMPTCP is IPPROTO_MPTCP (include/uapi/linux/in.h).
+const ipprotoMPTCP = 262
+
+// cookieLab is a veth pair with the XDP program and the cookie TC program
+// on the server's end, the client's end running xdppass (a veth delivers
+// its peer's XDP_TX frames only then), and the given rules applied.
+type cookieLab struct {
+	l    *lab.Lab
+	tab  *Tables
+	plan *dataplane.Plan
+}
+
+func newCookieLab(t *testing.T, prefix string, rules []dataplane.RuleSpec) *cookieLab {
+	t.Helper()
+	requireRoot(t)
+	if err := CookieSupport(); err != nil {
+		t.Skipf("no ACK side on this kernel: %v", err)
+	}
+	l, err := lab.New(lab.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	o, err := Load(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	tab := o.Tables()
+	host := dataplane.HostAddrs{dataplane.MACKey(l.ServerMAC): uint32(l.ServerIndex),
+		dataplane.IPKey(l.ServerIP4): uint32(l.ServerIndex), dataplane.IPKey(l.ServerIP6): uint32(l.ServerIndex)}
+	if err := tab.SetHostAddrs(host); err != nil {
+		t.Fatal(err)
+	}
+	keepLease(t, tab)
+	plan, err := dataplane.Compile(&dataplane.Spec{Rules: rules}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := o.LoadCookieProgram(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	if err := l.Server.Do(func() error {
+		nl, err := netlink.LinkByName(l.ServerIf)
+		if err != nil {
+			return err
+		}
+		if err := tab.SetCookieMTU(nl.Attrs().MTU); err != nil {
+			return err
+		}
+		x, err := link.AttachXDP(link.XDPOptions{Program: o.Program(), Interface: nl.Attrs().Index})
+		if err != nil {
+			return fmt.Errorf("attach XDP: %w", err)
+		}
+		t.Cleanup(func() { x.Close() })
+		c, err := link.AttachTCX(link.TCXOptions{Interface: nl.Attrs().Index, Program: tc.Program(), Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return fmt.Errorf("attach TC: %w", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Client.Do(func() error {
+		x, err := xdppass.Attach(l.ClientIf)
+		if err == nil {
+			t.Cleanup(func() { x.Close() })
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return &cookieLab{l: l, tab: tab, plan: plan}
+}
+
+// listenProto is listenTCP with the socket's protocol: 0 (TCP) or
+// ipprotoMPTCP.
+func listenProto(a netip.AddrPort, proto int) (int, error) {
+	fam, sa := sockaddr(a)
+	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, fmt.Errorf("socket(%d): %w", proto, err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind %s: %w", a, err)
+	}
+	if err := unix.Listen(fd, 64); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// dialProto connects to a within 3 s with a socket of protocol proto.
+func dialProto(a netip.AddrPort, proto int) (int, error) {
+	fam, sa := sockaddr(a)
+	fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return -1, fmt.Errorf("socket(%d): %w", proto, err)
+	}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 3})
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 3})
+	if err := unix.Connect(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect %s: %w", a, err)
+	}
+	return fd, nil
+}
+
+// TestCookieMPTCPListener: a `syn_cookies: always` rule in front of an
+// MPTCP listener (socket(..., IPPROTO_MPTCP), what Go's net.Listen makes
+// since Go 1.24 where the kernel has MPTCP) lets every client connect and
+// exchange data, plain TCP and MPTCP clients, IPv4 and IPv6; no valid
+// cookie is refused by the kernel (assign_failed stays 0). The kernel
+// refuses to hand a BPF-made request to an MPTCP listener
+// (bpf_sk_assign_tcp_reqsk: -EINVAL for sk_is_mptcp): before, every such
+// connection was reset.
+func TestCookieMPTCPListener(t *testing.T) {
+	const port = 8080
+	cl := newCookieLab(t, "xlmp", []dataplane.RuleSpec{{
+		Name: "web", Protocol: "tcp", Ports: ports(port, port), SynOnly: true, Rate: 1000, Burst: 1000, SynCookies: "always",
+	}})
+	l, tab := cl.l, cl.tab
+	var listen4, listen6 int
+	if err := l.Server.Do(func() error {
+		var err error
+		if listen4, err = listenProto(netip.AddrPortFrom(l.ServerIP4, port), ipprotoMPTCP); err != nil {
+			return err
+		}
+		listen6, err = listenProto(netip.AddrPortFrom(l.ServerIP6, port), ipprotoMPTCP)
+		return err
+	}); err != nil {
+		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.ENOPROTOOPT) {
+			t.Skipf("no MPTCP on this kernel: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(listen4); unix.Close(listen6) })
+	slot := cl.plan.Slot("web")
+	for _, c := range []struct {
+		name  string
+		v6    bool
+		proto int
+	}{
+		{"IPv4, TCP client", false, 0},
+		{"IPv4, MPTCP client", false, ipprotoMPTCP},
+		{"IPv6, TCP client", true, 0},
+		{"IPv6, MPTCP client", true, ipprotoMPTCP},
+	} {
+		before, err := tab.CookieCounters(slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, lfd := netip.AddrPortFrom(l.ServerIP4, port), listen4
+		if c.v6 {
+			dst, lfd = netip.AddrPortFrom(l.ServerIP6, port), listen6
+		}
+		var cfd int
+		if err := l.Client.Do(func() error {
+			var err error
+			cfd, err = dialProto(dst, c.proto)
+			return err
+		}); err != nil {
+			after, _ := tab.CookieCounters(slot)
+			t.Errorf("%s: %v; cookies %+v -> %+v", c.name, err, before, after)
+			continue
+		}
+		// A request and its echo: a connection the kernel reset fails
+		// here (the client's read: ECONNRESET), or is never accepted.
+		_, werr := unix.Write(cfd, []byte("ping"))
+		sfd, aerr := acceptTCP(lfd, 3*time.Second)
+		echo := ""
+		var rerr error
+		if aerr == nil {
+			buf := make([]byte, 16)
+			_ = unix.SetsockoptTimeval(sfd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 3})
+			if n, err := unix.Read(sfd, buf); err == nil && n > 0 {
+				_, _ = unix.Write(sfd, buf[:n])
+			}
+			cbuf := make([]byte, 16)
+			n, err := unix.Read(cfd, cbuf)
+			rerr = err
+			echo = string(cbuf[:max(n, 0)])
+			unix.Close(sfd)
+		}
+		unix.Close(cfd)
+		after, _ := tab.CookieCounters(slot)
+		t.Logf("%s: write %v, accept %v, echo %q (%v); cookies %+v -> %+v", c.name, werr, aerr, echo, rerr, before, after)
+		if aerr != nil || echo != "ping" {
+			t.Errorf("%s: accept %v, client read %q, %v: want the connection accepted and its request echoed", c.name, aerr, echo, rerr)
+		}
+		if after.AssignFailed != before.AssignFailed {
+			t.Errorf("%s: assign_failed %d -> %d: a valid cookie for an MPTCP listener, which the kernel refuses",
+				c.name, before.AssignFailed, after.AssignFailed)
+		}
+	}
+}
