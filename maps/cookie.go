@@ -40,6 +40,21 @@ func CookieSupport() error {
 	return nil
 }
 
+// KernelMPTCP reports whether the running kernel has MPTCP (struct
+// mptcp_sock in its BTF): the XDP program then leaves the SYNs of an MPTCP
+// listener to the kernel rather than answering them with cookies that
+// bpf_sk_assign_tcp_reqsk would refuse (syncookie.h, xl_cookie_mptcp).
+// Where it has not, no listener is MPTCP, and the program's test, whose
+// helper the verifier would refuse there, is compiled out.
+func KernelMPTCP() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var s *btf.Struct
+	return spec.TypeByName("mptcp_sock", &s) == nil
+}
+
 func kernelRelease() string {
 	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlimit/xlimit/tests/kit/frame"
 	"github.com/xlimit/xlimit/tests/kit/lab"
 	"github.com/xlimit/xlimit/tests/kit/xdppass"
 	"github.com/xlimit/xlimit/userspace/dataplane"
@@ -221,6 +223,78 @@ func TestCookieMPTCPListener(t *testing.T) {
 		if after.AssignFailed != before.AssignFailed {
 			t.Errorf("%s: assign_failed %d -> %d: a valid cookie for an MPTCP listener, which the kernel refuses",
 				c.name, before.AssignFailed, after.AssignFailed)
+		}
+	}
+}
+
+// TestCookieMPTCPShare: the SYNs for an MPTCP listener, which the cookie
+// path leaves to the kernel (counted to_socket), go through the rule's
+// share for the SYNs XDP cannot answer before its bucket: a flood of them
+// from spoofed sources takes at most a quarter of the rule's burst, and
+// the rest of the bucket stays for the validated cookies of the rule's
+// other listeners (issue 41's H1). Here 12 SYNs at one instant against a
+// burst of 8: 2 (8/4) pass, the others are dropped with reason rule.
+func TestCookieMPTCPShare(t *testing.T) {
+	if !KernelMPTCP() {
+		t.Skip("no MPTCP on this kernel")
+	}
+	h := newHarness(t)
+	spec := &dataplane.Spec{CookieRate: 100, Rules: []dataplane.RuleSpec{{
+		Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 10, Burst: 8, SynCookies: "always",
+	}}}
+	h.apply(t, compile(t, spec, nil))
+	slot := h.slot(t, "web")
+	cookieListenerProto(t, ipprotoMPTCP) // this thread's own network namespace from here on
+	server := netip.MustParseAddr("192.0.2.1")
+	loWith(t, server)
+	now := uint64(1000 * second)
+	before := h.cookieCounters(t, slot)
+	pass := 0
+	for i := range 12 {
+		s := frame.Spec{Src: netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)}), Dst: server, Proto: frame.ProtoTCP,
+			SrcPort: uint16(40000 + i), DstPort: 80, TCPFlags: frame.TCPSyn, TCPSeq: 5000}
+		ret, _ := h.kernelRunOut(t, withTCPOptions(t, frame.MustBuild(s), 14, linuxSYNOptions(12345)), now, 1)
+		switch ret {
+		case xdpPass:
+			pass++
+		case xdpDrop:
+		default:
+			t.Errorf("SYN %d for the MPTCP listener: XDP return code %d, want XDP_PASS or XDP_DROP (never answered)", i, ret)
+		}
+	}
+	got := h.cookieCounters(t, slot)
+	if pass != 2 {
+		t.Errorf("%d of 12 SYNs for the MPTCP listener passed, want 2 (the share: a quarter of the burst of 8)", pass)
+	}
+	if got.ToSocket-before.ToSocket != 12 || got.Sent != before.Sent {
+		t.Errorf("cookie counters %+v -> %+v, want 12 to_socket and none sent", before, got)
+	}
+}
+
+// cookieListenerProto is cookieListener with the listeners' protocol (0:
+// TCP, or ipprotoMPTCP).
+func cookieListenerProto(tb testing.TB, proto int) {
+	tb.Helper()
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		tb.Fatalf("unshare the network namespace: %v", err)
+	}
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		fd, err := unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			tb.Fatalf("socket: %v", err)
+		}
+		tb.Cleanup(func() { unix.Close(fd) })
+		var sa unix.Sockaddr = &unix.SockaddrInet4{Port: 80}
+		if fam == unix.AF_INET6 {
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+			sa = &unix.SockaddrInet6{Port: 80}
+		}
+		if err := unix.Bind(fd, sa); err != nil {
+			tb.Fatalf("bind: %v", err)
+		}
+		if err := unix.Listen(fd, 16); err != nil {
+			tb.Fatalf("listen: %v", err)
 		}
 	}
 }

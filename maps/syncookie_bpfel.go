@@ -406,6 +406,7 @@ const (
 	syncookieMapXlStats         = "xl_stats"
 	syncookieProgXlimitTcCookie = "xlimit_tc_cookie"
 	syncookieVarXlCfgFakeClock  = "xl_cfg_fake_clock"
+	syncookieVarXlCfgMptcp      = "xl_cfg_mptcp"
 	syncookieVarXlCfgSrcSets    = "xl_cfg_src_sets"
 	syncookieVarXlCfgSrcfCpus   = "xl_cfg_srcf_cpus"
 	syncookieVarXlCfgSrcfLines  = "xl_cfg_srcf_lines"
@@ -502,6 +503,7 @@ type syncookieMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type syncookieVariableSpecs struct {
 	XlCfgFakeClock *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp     *ebpf.VariableSpec `ebpf:"xl_cfg_mptcp"`
 	XlCfgSrcSets   *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus  *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
 	XlCfgSrcfLines *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_lines"`
@@ -609,6 +611,7 @@ func (m *syncookieMaps) Close() error {
 // It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syncookieVariables struct {
 	XlCfgFakeClock *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp     *ebpf.Variable `ebpf:"xl_cfg_mptcp"`
 	XlCfgSrcSets   *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus  *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`
 	XlCfgSrcfLines *ebpf.Variable `ebpf:"xl_cfg_srcf_lines"`

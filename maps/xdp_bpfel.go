@@ -524,6 +524,7 @@ const (
 	xdpVarXlBtfRuleFlag     = "xl_btf_rule_flag"
 	xdpVarXlBtfVerdict      = "xl_btf_verdict"
 	xdpVarXlCfgFakeClock    = "xl_cfg_fake_clock"
+	xdpVarXlCfgMptcp        = "xl_cfg_mptcp"
 	xdpVarXlCfgNoTx         = "xl_cfg_no_tx"
 	xdpVarXlCfgSrcSets      = "xl_cfg_src_sets"
 	xdpVarXlCfgSrcfCpus     = "xl_cfg_srcf_cpus"
@@ -636,6 +637,7 @@ type xdpVariableSpecs struct {
 	XlBtfRuleFlag     *ebpf.VariableSpec `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp        *ebpf.VariableSpec `ebpf:"xl_cfg_mptcp"`
 	XlCfgNoTx         *ebpf.VariableSpec `ebpf:"xl_cfg_no_tx"`
 	XlCfgSrcSets      *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus     *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
@@ -759,6 +761,7 @@ type xdpVariables struct {
 	XlBtfRuleFlag     *ebpf.Variable `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.Variable `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp        *ebpf.Variable `ebpf:"xl_cfg_mptcp"`
 	XlCfgNoTx         *ebpf.Variable `ebpf:"xl_cfg_no_tx"`
 	XlCfgSrcSets      *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus     *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`

@@ -40,8 +40,8 @@ type Cookies struct {
 
 // CookieCounters mirrors struct xl_cookie_counters, summed over CPUs, and
 // xl_cookie_sock (ToSocket: SYNs left to a socket the host already
-// had for their 4-tuple, TIME_WAIT or open; the model has no sockets and
-// never counts it).
+// had for their 4-tuple, TIME_WAIT or open, or whose listener is MPTCP;
+// the model has no sockets and never counts it).
 type CookieCounters struct {
 	Sent, OverBudget, NotLocal, Unanswerable uint64
 	Validated, Failed, Refused, AssignFailed uint64
@@ -143,7 +143,8 @@ func (m *Model) cookieOverflow(r *Rule, slot int, pkt *Packet, nowNS uint64) boo
 
 // cookieTake is the Go model of syncookie.h's xl_cookie_take: the class
 // of a SYN that rule slot sends to the cookie path (AnswerOK: answered),
-// counted. The model has no sockets: AnswerSocket never happens here.
+// counted. The model has no sockets: AnswerSocket (a socket other than a
+// listener, or an MPTCP listener, xl_cookie_has_socket) never happens here.
 func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) Answer {
 	class := m.answerClass(frame, pkt, nowNS)
 	if class == AnswerOK {
