@@ -298,3 +298,73 @@ func cookieListenerProto(tb testing.TB, proto int) {
 		}
 	}
 }
+
+// TestCookieRefuseResetOnTheWire: under syn_cookies: always and
+// refuse: reset, a client whose valid cookie ACK the rule refuses over its
+// rate gets a reset at once: its connect succeeded (the cookie SYN-ACK),
+// its request fails with ECONNRESET well within a second, where before its
+// ACK was dropped at TC and it waited, believing it was connected, until
+// its own timeout (here the 3 s SO_RCVTIMEO: EAGAIN). The first client,
+// within the burst, is served.
+func TestCookieRefuseResetOnTheWire(t *testing.T) {
+	const port = 8080
+	cl := newCookieLab(t, "xlrr", []dataplane.RuleSpec{{
+		Name: "web", Protocol: "tcp", Ports: ports(port, port), SynOnly: true, Rate: 1, Burst: 1, SynCookies: "always", Refuse: "reset",
+	}})
+	l, tab := cl.l, cl.tab
+	var lfd int
+	if err := l.Server.Do(func() error {
+		var err error
+		lfd, err = listenProto(netip.AddrPortFrom(l.ServerIP4, port), 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(lfd) })
+	slot := cl.plan.Slot("web")
+	dst := netip.AddrPortFrom(l.ServerIP4, port)
+	for i, want := range []string{"served", "reset", "reset"} {
+		before, _ := tab.CookieCounters(slot)
+		var cfd int
+		if err := l.Client.Do(func() error {
+			var err error
+			cfd, err = dialProto(dst, 0)
+			return err
+		}); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		start := time.Now()
+		_, werr := unix.Write(cfd, []byte("ping"))
+		if want == "served" {
+			sfd, err := acceptTCP(lfd, 3*time.Second)
+			if err != nil {
+				t.Fatalf("client %d: %v", i, err)
+			}
+			buf := make([]byte, 16)
+			_ = unix.SetsockoptTimeval(sfd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 3})
+			if n, err := unix.Read(sfd, buf); err == nil && n > 0 {
+				_, _ = unix.Write(sfd, buf[:n])
+			}
+			unix.Close(sfd)
+		}
+		buf := make([]byte, 16)
+		n, rerr := unix.Read(cfd, buf)
+		took := time.Since(start)
+		unix.Close(cfd)
+		after, _ := tab.CookieCounters(slot)
+		t.Logf("client %d: write %v, read %q %v after %v; cookies %+v -> %+v", i, werr, buf[:max(n, 0)], rerr, took.Round(time.Millisecond), before, after)
+		switch want {
+		case "served":
+			if rerr != nil || string(buf[:max(n, 0)]) != "ping" {
+				t.Errorf("client %d (within the burst): read %q, %v, want its echo", i, buf[:max(n, 0)], rerr)
+			}
+		case "reset":
+			if !errors.Is(werr, unix.ECONNRESET) && !errors.Is(rerr, unix.ECONNRESET) || took > time.Second {
+				t.Errorf("client %d (over the rate): write %v, read %v after %v, want ECONNRESET within 1 s", i, werr, rerr, took.Round(time.Millisecond))
+			}
+			if after.RefusedReset-before.RefusedReset < 1 {
+				t.Errorf("client %d: refused_reset %d -> %d, want counted", i, before.RefusedReset, after.RefusedReset)
+			}
+		}
+	}
+}
