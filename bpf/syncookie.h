@@ -209,6 +209,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_cookie_sock SEC(".maps");
 
+/* State. Key: slot. Value: the ACKs of valid cookies that a rule with
+ * refuse: reset refused (of xl_cookie_counters.refused), left to the
+ * kernel's listener, which has no request for them and answers each with a
+ * reset (syncookie_tc.c). Per-CPU, readers sum over CPUs. A map of its own:
+ * pins of earlier releases keep the layout of xl_cookie_counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_reset SEC(".maps");
+
 /* The share of a rule's rate and burst that the SYNs its cookie path
  * cannot answer may take (xl_cookie_share_take): 2^-XL_COOKIE_SHARE_SHIFT,
  * for each of its two shares. */

@@ -378,6 +378,7 @@ const (
 	syncookieMapXlConns         = "xl_conns"
 	syncookieMapXlCookieCfg     = "xl_cookie_cfg"
 	syncookieMapXlCookieLink    = "xl_cookie_link"
+	syncookieMapXlCookieReset   = "xl_cookie_reset"
 	syncookieMapXlCookieShare   = "xl_cookie_share"
 	syncookieMapXlCookieSock    = "xl_cookie_sock"
 	syncookieMapXlCookieState   = "xl_cookie_state"
@@ -470,6 +471,7 @@ type syncookieMapSpecs struct {
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.MapSpec `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.MapSpec `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
@@ -538,6 +540,7 @@ type syncookieMaps struct {
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.Map `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.Map `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
@@ -577,6 +580,7 @@ func (m *syncookieMaps) Close() error {
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieLink,
+		m.XlCookieReset,
 		m.XlCookieShare,
 		m.XlCookieSock,
 		m.XlCookieState,

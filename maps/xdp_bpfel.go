@@ -481,6 +481,7 @@ const (
 	xdpMapXlConns           = "xl_conns"
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
 	xdpMapXlCookieLink      = "xl_cookie_link"
+	xdpMapXlCookieReset     = "xl_cookie_reset"
 	xdpMapXlCookieShare     = "xl_cookie_share"
 	xdpMapXlCookieSock      = "xl_cookie_sock"
 	xdpMapXlCookieState     = "xl_cookie_state"
@@ -590,6 +591,7 @@ type xdpMapSpecs struct {
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.MapSpec `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.MapSpec `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
@@ -673,6 +675,7 @@ type xdpMaps struct {
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.Map `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.Map `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
@@ -713,6 +716,7 @@ func (m *xdpMaps) Close() error {
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieLink,
+		m.XlCookieReset,
 		m.XlCookieShare,
 		m.XlCookieSock,
 		m.XlCookieState,
