@@ -379,3 +379,59 @@ func TestCookieRefuseResetOnTheWire(t *testing.T) {
 		}
 	}
 }
+
+// TestCookieTimeWaitThroughMPTCPFlood: a flood of spoofed SYNs to an MPTCP
+// listener (left to the kernel, class socket) takes the rule's share of
+// the SYNs XDP cannot answer, not the share of the SYNs for the host's
+// sockets: a client reusing a TIME_WAIT 4-tuple of the same rule still
+// gets through after 50 of them, 3 times of 3, as after a flood of
+// unanswerable SYNs (TestCookieTimeWaitThroughUnanswerableFlood). With
+// both in one share (class socket alone), the flood would spend it.
+func TestCookieTimeWaitThroughMPTCPFlood(t *testing.T) {
+	if !KernelMPTCP() {
+		t.Skip("no MPTCP on this kernel")
+	}
+	h := newHarness(t)
+	h.apply(t, compile(t, &dataplane.Spec{CookieRate: 100, Rules: []dataplane.RuleSpec{
+		{Name: "web", Protocol: "tcp", Ports: ports(80, 81), SynOnly: true, Rate: 10, Burst: 10, SynCookies: "always"},
+	}}, nil))
+	slot := h.slot(t, "web")
+	fds := cookieListener(t) // this thread's own network namespace from here on
+	mp, err := listenProto(netip.AddrPortFrom(netip.IPv4Unspecified(), 81), ipprotoMPTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(mp) })
+	server, client := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.20")
+	loWith(t, server, client)
+	timeWait(t, fds[0], client, server, 40001)
+	syn := withTCPOptions(t, frame.MustBuild(frame.Spec{Src: client, Dst: server, Proto: frame.ProtoTCP, SrcPort: 40001, DstPort: 80,
+		TCPFlags: frame.TCPSyn, TCPSeq: 5000}), 14, linuxSYNOptions(12345))
+	before := h.cookieCounters(t, slot)
+	passed, floodPassed := 0, 0
+	for _, at := range []uint64{0, 1, 3} {
+		now := uint64(1000*second) + at*second
+		for i := range 50 {
+			in := withTCPOptions(t, frame.MustBuild(frame.Spec{Src: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}), Dst: server,
+				Proto: frame.ProtoTCP, SrcPort: uint16(1024 + i), DstPort: 81, TCPFlags: frame.TCPSyn}), 14, linuxSYNOptions(777))
+			switch ret, _ := h.kernelRunOut(t, in, now, 1); ret {
+			case xdpTx:
+				t.Fatalf("flood SYN %d to the MPTCP listener answered", i)
+			case xdpPass:
+				floodPassed++
+			}
+		}
+		if ret, _ := h.kernelRunOut(t, syn, now, 1); ret == xdpPass {
+			passed++
+		}
+	}
+	got := h.cookieCounters(t, slot)
+	t.Logf("each after 50 SYNs to the MPTCP listener: the TIME_WAIT SYN passed %d of 3; flood passed %d of 150; to_socket %d -> %d",
+		passed, floodPassed, before.ToSocket, got.ToSocket)
+	if passed != 3 {
+		t.Errorf("SYN for a TIME_WAIT 4-tuple after a flood to an MPTCP listener: passed %d of 3, want 3", passed)
+	}
+	if floodPassed == 0 || floodPassed > 10 {
+		t.Errorf("flood to the MPTCP listener: %d of 150 passed, want some, within a quarter of the rule's 10/s and burst 10", floodPassed)
+	}
+}
