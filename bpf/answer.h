@@ -139,6 +139,13 @@ static __always_inline int xl_answer_martian6(const __u8 *a)
  * handshake in the SYN queue: the SYN is dropped, not handed to the
  * kernel (syncookie.h, xl_cookie_fallback). Counted as SOCKET. */
 #define XL_ANSWER_QUEUED 0x40
+/* The flag xl_cookie_take adds to a SOCKET class when the socket is an
+ * MPTCP listener (syncookie.h, xl_cookie_mptcp): the SYN goes to the
+ * kernel like a TIME_WAIT one, but through the share of the SYNs XDP
+ * cannot answer, not the share of the host's sockets: anyone can send it,
+ * where a SYN for a TIME_WAIT socket needs its 4-tuple. Counted as
+ * SOCKET. */
+#define XL_ANSWER_MPTCP 0x10
 
 /* Whether the host key k, its address filled, is one of the host's. */
 static __always_inline int xl_answer_host(const struct xl_host_key *k)

@@ -209,6 +209,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } xl_cookie_sock SEC(".maps");
 
+/* State. Key: slot. Value: the ACKs of valid cookies that a rule with
+ * refuse: reset refused (of xl_cookie_counters.refused), left to the
+ * kernel's listener, which has no request for them and answers each with a
+ * reset (syncookie_tc.c). Per-CPU, readers sum over CPUs. A map of its own:
+ * pins of earlier releases keep the layout of xl_cookie_counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XL_MAX_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} xl_cookie_reset SEC(".maps");
+
 /* The share of a rule's rate and burst that the SYNs its cookie path
  * cannot answer may take (xl_cookie_share_take): 2^-XL_COOKIE_SHARE_SHIFT,
  * for each of its two shares. */
@@ -280,17 +293,40 @@ xl_cookie_socket(void *ctx, void *ip, const struct xl_tcphdr *tcp, void *end, __
 	return bpf_skc_lookup_tcp(ctx, &t, tlen, BPF_F_CURRENT_NETNS, 0);
 }
 
-/* xl_cookie_has_socket's answer for a handshake in the SYN queue. */
+/* xl_cookie_has_socket's answers for a handshake in the SYN queue and for
+ * an MPTCP listener. */
 #define XL_SOCKET_QUEUED 2
+#define XL_SOCKET_MPTCP	 3
+
+/* Set by the loader (maps.Options, from the kernel's BTF) where the kernel
+ * has MPTCP (struct mptcp_sock): xl_cookie_has_socket then asks whether a
+ * listener is MPTCP. Where it has not, the verifier prunes the call, whose
+ * return type it would refuse there (a BTF pointer to a type the kernel
+ * lacks), and no listener can be MPTCP. */
+volatile const __u32 xl_cfg_mptcp = 0;
+
+/* Whether the listener sk is MPTCP: its socket in the TCP tables is then a
+ * subflow that bpf_skc_to_mptcp_sock maps to its MPTCP socket (the kernel's
+ * own test, sk_is_mptcp). bpf_sk_assign_tcp_reqsk refuses such a listener
+ * (-EINVAL, net/core/filter.c since 6.9): a cookie the XDP program answered
+ * for it could never become a connection, and its ACK would meet the
+ * kernel's listener, fail the kernel's cookie check and be reset. */
+static __always_inline int xl_cookie_mptcp(struct bpf_sock *sk)
+{
+	if (!xl_cfg_mptcp)
+		return 0;
+	return bpf_skc_to_mptcp_sock(sk) != NULL;
+}
 
 /* Whether the host has a socket other than a listener for the SYN at l3
- * in ctx, a plain IP header of pkt's family: then the SYN is its
- * business, not the cookie path's. A SYN to a TIME_WAIT socket starts the
- * next connection of its 4-tuple (the kernel recycles the socket); a
- * cookie would instead answer with a SYN-ACK whose ACK meets the TIME_WAIT
- * socket at TC and never reaches the listener. Returns 1, or
- * XL_SOCKET_QUEUED for a request socket (the kernel answered an earlier
- * SYN of the 4-tuple and waits for its ACK), or 0. */
+ * in ctx, a plain IP header of pkt's family, or its listener is MPTCP
+ * (xl_cookie_mptcp): then the SYN is the kernel's business, not the
+ * cookie path's. A SYN to a TIME_WAIT socket starts the next connection
+ * of its 4-tuple (the kernel recycles the socket); a cookie would instead
+ * answer with a SYN-ACK whose ACK meets the TIME_WAIT socket at TC and
+ * never reaches the listener. Returns 1, or XL_SOCKET_QUEUED for a request
+ * socket (the kernel answered an earlier SYN of the 4-tuple and waits for
+ * its ACK), or XL_SOCKET_MPTCP for an MPTCP listener, or 0. */
 static __always_inline int xl_cookie_has_socket(struct xdp_md *ctx, __u32 l3, __u32 family)
 {
 	void *data = (void *)(long)ctx->data;
@@ -303,7 +339,10 @@ static __always_inline int xl_cookie_has_socket(struct xdp_md *ctx, __u32 l3, __
 	if (!sk)
 		return 0;
 	__u32 state = sk->state;
+	int mptcp = state == XL_TCP_LISTEN && xl_cookie_mptcp(sk);
 	bpf_sk_release(sk);
+	if (mptcp)
+		return XL_SOCKET_MPTCP;
 	return state == XL_TCP_NEW_SYN_RECV ? XL_SOCKET_QUEUED : state != XL_TCP_LISTEN;
 }
 
@@ -693,12 +732,12 @@ static __always_inline int xl_cookie_answer(struct xdp_md *ctx, __u32 l3, __u32 
  * of xl_cookie_counters and xl_cookie_sock. */
 static __always_inline void xl_cookie_count(__u32 slot, __u32 class)
 {
-	xl_answer_count(slot, 0, class & ~XL_ANSWER_QUEUED);
+	xl_answer_count(slot, 0, class & ~(XL_ANSWER_QUEUED | XL_ANSWER_MPTCP));
 	/* A SYN for a handshake in the SYN queue: counted in its class, and
 	 * as a drop of the rule's (`cookie`). */
 	if (class == XL_ANSWER_OK || (class & XL_ANSWER_QUEUED))
 		return;
-	if (class == XL_ANSWER_SOCKET) {
+	if ((class & ~XL_ANSWER_MPTCP) == XL_ANSWER_SOCKET) {
 		__u64 *n = bpf_map_lookup_elem(&xl_cookie_sock, &slot);
 		if (n)
 			(*n)++;
@@ -781,8 +820,9 @@ __noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u3
 	if (!class) {
 		int sk = xl_cookie_has_socket(ctx, pkt->l3_off, pkt->family);
 		if (sk)
-			class = sk == XL_SOCKET_QUEUED ? XL_ANSWER_SOCKET | XL_ANSWER_QUEUED
-						       : XL_ANSWER_SOCKET;
+			class = sk == XL_SOCKET_QUEUED	? XL_ANSWER_SOCKET | XL_ANSWER_QUEUED
+				: sk == XL_SOCKET_MPTCP ? XL_ANSWER_SOCKET | XL_ANSWER_MPTCP
+							: XL_ANSWER_SOCKET;
 	}
 	if (!class)
 		class = xl_cookie_budget(key / XL_MAX_RULES, now);
@@ -807,7 +847,8 @@ __noinline int xl_cookie_take(struct xdp_md *ctx, const struct xl_pkt *pkt, __u3
 static __always_inline int xl_cookie_fallback(__u32 class)
 {
 	return (class & XL_ANSWER_UNLISTED) || class == XL_ANSWER_SHAPE ||
-	       class == XL_ANSWER_SOCKET || class == XL_ANSWER_BUDGET;
+	       class == XL_ANSWER_SOCKET || class == (XL_ANSWER_SOCKET | XL_ANSWER_MPTCP) ||
+	       class == XL_ANSWER_BUDGET;
 }
 
 /* The reason a SYN the cookie path keeps (not xl_cookie_fallback) is
@@ -819,7 +860,9 @@ static __always_inline __u32 xl_cookie_reason(__u32 class)
 }
 
 /* The key in xl_cookie_share of rule slot's share for a SYN of class
- * (xl_cookie_take) that its cookie path cannot answer. */
+ * (xl_cookie_take) that its cookie path cannot answer. A SYN for an MPTCP
+ * listener (XL_ANSWER_MPTCP) takes the share of the SYNs XDP cannot
+ * answer: a spoofed flood can send it, as it can those. */
 static __always_inline __u32 xl_cookie_share_key(__u32 slot, __u32 class)
 {
 	return class == XL_ANSWER_SOCKET ? XL_COOKIE_SHARE_SOCKET + slot : slot;

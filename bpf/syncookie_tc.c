@@ -80,12 +80,16 @@ __noinline int xl_cookie_units(__u32 key, const struct xl_pkt *pkt, __u64 *now)
 				 xl_time(now) << XL_TIME_SHIFT);
 }
 
+/* xl_cookie_charge's flag on a refusal by a rule with refuse: reset. */
+#define XL_COOKIE_REFUSE_RESET 0x100
+
 /* Charges a connection opened by a valid cookie to the rule in slot: the
  * breaker's and the concurrency gates, the per-source bucket and the
  * rule's bucket, as xl_apply_rule charges a SYN. Returns the reason of a
- * refusal, or 0 when admitted, or when a shadow rule would have refused
- * (it never drops: counted would_drop). Counts the decision in the rule's
- * counters. A global function: verified once, not per slot. */
+ * refusal, with XL_COOKIE_REFUSE_RESET when the rule has refuse: reset, or
+ * 0 when admitted, or when a shadow rule would have refused (it never
+ * drops: counted would_drop). Counts the decision in the rule's counters.
+ * A global function: verified once, not per slot. */
 __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now, __u64 len)
 {
 	__u32 slot = key % XL_MAX_RULES;
@@ -112,7 +116,9 @@ __noinline int xl_cookie_charge(__u32 key, const struct xl_pkt *pkt, __u64 *now,
 			: (r->flags & XL_RULE_SHADOW) ? XL_VERDICT_WOULD_DROP
 						      : XL_VERDICT_DROP;
 	xl_count(slot, verdict, reason ? reason : XL_REASON_ADMIT, len);
-	return verdict == XL_VERDICT_DROP ? reason : 0;
+	if (verdict != XL_VERDICT_DROP)
+		return 0;
+	return reason | ((r->flags & XL_RULE_REFUSE_RESET) ? XL_COOKIE_REFUSE_RESET : 0);
 }
 
 /* The kernel's cookie check of the ACK whose IP header is ip (in the
@@ -236,6 +242,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 	 * those after). Kept as a mask, not the slot, so that the verifier
 	 * sees one charging loop, not one per slot. */
 	__u64 charge = 0;
+	__u32 answered = 0;
 	for (__u32 i = 0; i < XL_MAX_RULES; i++) {
 		if (!(open >> i))
 			break;
@@ -245,6 +252,7 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 		if (!xl_cookie_check(ip, cur.end, th20, pkt.family)) {
 			charge = mask >> i << i;
 			cnt = xl_cookie_counters(i);
+			answered = i;
 			break;
 		}
 	}
@@ -270,11 +278,29 @@ int xlimit_tc_cookie(struct __sk_buff *skb)
 		if (!((charge >> i) & 1))
 			continue;
 		xl_cookie_units(gen * XL_MAX_RULES + i, &pkt, &now);
-		if (xl_cookie_charge(gen * XL_MAX_RULES + i, &pkt, &now, len)) {
-			cnt->refused++;
-			ret = TC_ACT_SHOT;
+		int why = xl_cookie_charge(gen * XL_MAX_RULES + i, &pkt, &now, len);
+		if (!why)
+			continue;
+		cnt->refused++;
+		/* Refused. Under refuse: reset, the ACK goes on to the
+		 * listener, which holds no request for it (the cookie is
+		 * xlimit's and fails the kernel's own check) and answers it
+		 * with a reset, <SEQ=SEG.ACK><CTL=RST> (RFC 9293, 3.10.7.2): the
+		 * client learns at once that it is refused, where a dropped
+		 * ACK leaves it believing it is connected. The cookie proved
+		 * the source's address (it returned the SYN-ACK), so the reset
+		 * cannot be aimed at a third party: no reset budget bounds it,
+		 * and it is one segment, no larger than the ACK, per ACK the
+		 * client sends. Else dropped: the client's retransmissions are
+		 * checked again and handed over once the rule admits one. */
+		if (why & XL_COOKIE_REFUSE_RESET) {
+			__u64 *n = bpf_map_lookup_elem(&xl_cookie_reset, &answered);
+			if (n)
+				(*n)++;
 			goto release;
 		}
+		ret = TC_ACT_SHOT;
+		goto release;
 	}
 
 	struct xl_syn_opts o = {};

@@ -40,6 +40,21 @@ func CookieSupport() error {
 	return nil
 }
 
+// KernelMPTCP reports whether the running kernel has MPTCP (struct
+// mptcp_sock in its BTF): the XDP program then leaves the SYNs of an MPTCP
+// listener to the kernel rather than answering them with cookies that
+// bpf_sk_assign_tcp_reqsk would refuse (syncookie.h, xl_cookie_mptcp).
+// Where it has not, no listener is MPTCP, and the program's test, whose
+// helper the verifier would refuse there, is compiled out.
+func KernelMPTCP() bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var s *btf.Struct
+	return spec.TypeByName("mptcp_sock", &s) == nil
+}
+
 func kernelRelease() string {
 	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
 	if err != nil {
@@ -88,6 +103,10 @@ type cookieMaps struct {
 	// toSocket counts the SYNs left to a socket the host already had
 	// (bpf/syncookie.h); nil in pins of an xlimit from before it.
 	toSocket *ebpf.Map
+	// refusedReset counts the valid cookie ACKs that a rule with
+	// refuse: reset refused, answered with a reset (bpf/syncookie.h); nil
+	// in pins of an xlimit from before it.
+	refusedReset *ebpf.Map
 	// link holds the attachment's cookie offset and MSS, answer the
 	// answering classes (bpf/answer.h); nil in pins from before them.
 	link, answer *ebpf.Map
@@ -96,7 +115,8 @@ type cookieMaps struct {
 func (o *Objects) cookieMaps() *cookieMaps {
 	m := &o.objs.xdpMaps
 	return &cookieMaps{cfg: m.XlCookieCfg, state: m.XlCookieState, stats: m.XlCookieStats, toSocket: m.XlCookieSock,
-		link: m.XlCookieLink, answer: m.XlAnswerStats}
+		refusedReset: m.XlCookieReset,
+		link:         m.XlCookieLink, answer: m.XlAnswerStats}
 }
 
 // openCookieMaps opens the pinned cookie maps of dir; nil when absent.
@@ -107,7 +127,7 @@ func openCookieMaps(dir string, opts *ebpf.LoadPinOptions) (*cookieMaps, error) 
 	c := &cookieMaps{}
 	if err := openPins(dir, opts,
 		pin{name: xdpMapXlCookieCfg, dst: &c.cfg}, pin{name: xdpMapXlCookieState, dst: &c.state}, pin{name: xdpMapXlCookieStats, dst: &c.stats},
-		pin{name: xdpMapXlCookieSock, dst: &c.toSocket, optional: true}, pin{name: xdpMapXlCookieLink, dst: &c.link, optional: true},
+		pin{name: xdpMapXlCookieSock, dst: &c.toSocket, optional: true}, pin{name: xdpMapXlCookieReset, dst: &c.refusedReset, optional: true}, pin{name: xdpMapXlCookieLink, dst: &c.link, optional: true},
 		pin{name: xdpMapXlAnswerStats, dst: &c.answer, optional: true},
 	); err != nil {
 		return nil, err
@@ -119,7 +139,7 @@ func (c *cookieMaps) close() error {
 	if c == nil {
 		return nil
 	}
-	return closeMaps(c.cfg, c.state, c.stats, c.toSocket, c.link, c.answer)
+	return closeMaps(c.cfg, c.state, c.stats, c.toSocket, c.refusedReset, c.link, c.answer)
 }
 
 // CookieOffsetMin and CookieOffsetMax bound the top byte of the cookie
@@ -257,13 +277,19 @@ func (t *Tables) CookieCounters(slot int) (dataplane.CookieCounters, error) {
 			Validated: c.Validated, Failed: c.Failed, Refused: c.Refused, AssignFailed: c.AssignFailed,
 		})
 	}
-	if t.cookie.toSocket != nil {
+	for _, m := range []struct {
+		m   *ebpf.Map
+		dst *uint64
+	}{{t.cookie.toSocket, &sum.ToSocket}, {t.cookie.refusedReset, &sum.RefusedReset}} {
+		if m.m == nil {
+			continue
+		}
 		var n []uint64
-		if err := t.cookie.toSocket.Lookup(uint32(slot), &n); err != nil {
+		if err := m.m.Lookup(uint32(slot), &n); err != nil {
 			return sum, fmt.Errorf("read cookie counters %d: %w", slot, err)
 		}
 		for _, v := range n {
-			sum.ToSocket += v
+			*m.dst += v
 		}
 	}
 	return sum, nil

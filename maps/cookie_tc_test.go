@@ -5,6 +5,7 @@ package maps
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -358,4 +359,57 @@ func TestCookieTCChargesOnce(t *testing.T) {
 		t.Errorf("after (slot %d, past the cookie rule): %s, want one admit (the ACK)", after, fmtCounters(d))
 	}
 	h.checkCounters(t)
+}
+
+// TestCookieTCRefuseReset: a valid cookie ACK that a rule with
+// refuse: reset refuses over its rate is left to the kernel's listener
+// (TCX_NEXT), which has no request for it and answers it with a reset: its
+// client learns at once, where a dropped ACK (TC_ACT_SHOT) left it
+// believing it was connected. Its source is proven by the cookie, so the
+// reset is bounded by no reset budget: here 5 refused ACKs at one instant
+// are all answered, past the host's and the rule's reset budgets. Under
+// refuse: drop the ACK is still dropped. Kernel and model in step;
+// counted refused and refused_reset.
+func TestCookieTCRefuseReset(t *testing.T) {
+	for _, c := range []struct {
+		refuse string
+		want   uint32
+	}{{"reset", tcxNext}, {"drop", tcShot}} {
+		t.Run(c.refuse, func(t *testing.T) {
+			h := newHarness(t)
+			h.apply(t, compile(t, &dataplane.Spec{Rules: []dataplane.RuleSpec{
+				{Name: "web", Protocol: "tcp", Ports: ports(80, 80), SynOnly: true, Rate: 1, Burst: 1, SynCookies: "always", Refuse: c.refuse},
+			}}, nil))
+			tc := loadTC(t, h)
+			cookieListener(t)
+			web := h.slot(t, "web")
+			now := uint64(1000 * second)
+			before := h.cookieCounters(t, web)
+			for i := range 6 {
+				ack := h.cookieAck(t, fmt.Sprintf("198.51.100.%d", 10+i), 80, now)
+				ret := tcRun(t, tc, ack)
+				refused, reset := h.model.CookieACKRefusal(ack, web, now)
+				if i == 0 {
+					// Admitted: BPF_PROG_TEST_RUN has no TC ingress, so
+					// the assignment fails and the ACK goes on.
+					if refused || ret == tcShot {
+						t.Errorf("ACK 0: TC returned %d (model refused: %v), want it admitted", int32(ret), refused)
+					}
+					continue
+				}
+				if ret != c.want || !refused || reset != (c.refuse == "reset") {
+					t.Errorf("ACK %d over the rate: TC returned %d, want %d; model refused %v reset %v", i, int32(ret), int32(c.want), refused, reset)
+				}
+			}
+			got := h.cookieCounters(t, web)
+			wantReset := uint64(0)
+			if c.refuse == "reset" {
+				wantReset = 5
+			}
+			if got.Refused-before.Refused != 5 || got.RefusedReset-before.RefusedReset != wantReset {
+				t.Errorf("cookie counters %+v -> %+v, want 5 refused, %d of them answered with a reset", before, got, wantReset)
+			}
+			h.checkCounters(t)
+		})
+	}
 }

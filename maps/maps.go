@@ -145,6 +145,11 @@ func loadSpec(opts Options) (*ebpf.CollectionSpec, error) {
 			return nil, fmt.Errorf("compile XDP_TX out: %w", err)
 		}
 	}
+	if KernelMPTCP() {
+		if err := spec.Variables[xdpVarXlCfgMptcp].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set MPTCP: %w", err)
+		}
+	}
 	sets := uint32(dataplane.SrcSets(opts.SourceTableSize))
 	spec.Maps[xdpMapXlSrcTable].MaxEntries = sets
 	spec.Maps[xdpMapXlSrcExts].MaxEntries = sets

@@ -378,6 +378,7 @@ const (
 	syncookieMapXlConns         = "xl_conns"
 	syncookieMapXlCookieCfg     = "xl_cookie_cfg"
 	syncookieMapXlCookieLink    = "xl_cookie_link"
+	syncookieMapXlCookieReset   = "xl_cookie_reset"
 	syncookieMapXlCookieShare   = "xl_cookie_share"
 	syncookieMapXlCookieSock    = "xl_cookie_sock"
 	syncookieMapXlCookieState   = "xl_cookie_state"
@@ -406,6 +407,7 @@ const (
 	syncookieMapXlStats         = "xl_stats"
 	syncookieProgXlimitTcCookie = "xlimit_tc_cookie"
 	syncookieVarXlCfgFakeClock  = "xl_cfg_fake_clock"
+	syncookieVarXlCfgMptcp      = "xl_cfg_mptcp"
 	syncookieVarXlCfgSrcSets    = "xl_cfg_src_sets"
 	syncookieVarXlCfgSrcfCpus   = "xl_cfg_srcf_cpus"
 	syncookieVarXlCfgSrcfLines  = "xl_cfg_srcf_lines"
@@ -469,6 +471,7 @@ type syncookieMapSpecs struct {
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.MapSpec `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.MapSpec `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
@@ -502,6 +505,7 @@ type syncookieMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type syncookieVariableSpecs struct {
 	XlCfgFakeClock *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp     *ebpf.VariableSpec `ebpf:"xl_cfg_mptcp"`
 	XlCfgSrcSets   *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus  *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
 	XlCfgSrcfLines *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_lines"`
@@ -536,6 +540,7 @@ type syncookieMaps struct {
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.Map `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.Map `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
@@ -575,6 +580,7 @@ func (m *syncookieMaps) Close() error {
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieLink,
+		m.XlCookieReset,
 		m.XlCookieShare,
 		m.XlCookieSock,
 		m.XlCookieState,
@@ -609,6 +615,7 @@ func (m *syncookieMaps) Close() error {
 // It can be passed to loadSyncookieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type syncookieVariables struct {
 	XlCfgFakeClock *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp     *ebpf.Variable `ebpf:"xl_cfg_mptcp"`
 	XlCfgSrcSets   *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus  *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`
 	XlCfgSrcfLines *ebpf.Variable `ebpf:"xl_cfg_srcf_lines"`

@@ -481,6 +481,7 @@ const (
 	xdpMapXlConns           = "xl_conns"
 	xdpMapXlCookieCfg       = "xl_cookie_cfg"
 	xdpMapXlCookieLink      = "xl_cookie_link"
+	xdpMapXlCookieReset     = "xl_cookie_reset"
 	xdpMapXlCookieShare     = "xl_cookie_share"
 	xdpMapXlCookieSock      = "xl_cookie_sock"
 	xdpMapXlCookieState     = "xl_cookie_state"
@@ -524,6 +525,7 @@ const (
 	xdpVarXlBtfRuleFlag     = "xl_btf_rule_flag"
 	xdpVarXlBtfVerdict      = "xl_btf_verdict"
 	xdpVarXlCfgFakeClock    = "xl_cfg_fake_clock"
+	xdpVarXlCfgMptcp        = "xl_cfg_mptcp"
 	xdpVarXlCfgNoTx         = "xl_cfg_no_tx"
 	xdpVarXlCfgSrcSets      = "xl_cfg_src_sets"
 	xdpVarXlCfgSrcfCpus     = "xl_cfg_srcf_cpus"
@@ -589,6 +591,7 @@ type xdpMapSpecs struct {
 	XlConns       *ebpf.MapSpec `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.MapSpec `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.MapSpec `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.MapSpec `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.MapSpec `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.MapSpec `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.MapSpec `ebpf:"xl_cookie_state"`
@@ -636,6 +639,7 @@ type xdpVariableSpecs struct {
 	XlBtfRuleFlag     *ebpf.VariableSpec `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.VariableSpec `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.VariableSpec `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp        *ebpf.VariableSpec `ebpf:"xl_cfg_mptcp"`
 	XlCfgNoTx         *ebpf.VariableSpec `ebpf:"xl_cfg_no_tx"`
 	XlCfgSrcSets      *ebpf.VariableSpec `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus     *ebpf.VariableSpec `ebpf:"xl_cfg_srcf_cpus"`
@@ -671,6 +675,7 @@ type xdpMaps struct {
 	XlConns       *ebpf.Map `ebpf:"xl_conns"`
 	XlCookieCfg   *ebpf.Map `ebpf:"xl_cookie_cfg"`
 	XlCookieLink  *ebpf.Map `ebpf:"xl_cookie_link"`
+	XlCookieReset *ebpf.Map `ebpf:"xl_cookie_reset"`
 	XlCookieShare *ebpf.Map `ebpf:"xl_cookie_share"`
 	XlCookieSock  *ebpf.Map `ebpf:"xl_cookie_sock"`
 	XlCookieState *ebpf.Map `ebpf:"xl_cookie_state"`
@@ -711,6 +716,7 @@ func (m *xdpMaps) Close() error {
 		m.XlConns,
 		m.XlCookieCfg,
 		m.XlCookieLink,
+		m.XlCookieReset,
 		m.XlCookieShare,
 		m.XlCookieSock,
 		m.XlCookieState,
@@ -759,6 +765,7 @@ type xdpVariables struct {
 	XlBtfRuleFlag     *ebpf.Variable `ebpf:"xl_btf_rule_flag"`
 	XlBtfVerdict      *ebpf.Variable `ebpf:"xl_btf_verdict"`
 	XlCfgFakeClock    *ebpf.Variable `ebpf:"xl_cfg_fake_clock"`
+	XlCfgMptcp        *ebpf.Variable `ebpf:"xl_cfg_mptcp"`
 	XlCfgNoTx         *ebpf.Variable `ebpf:"xl_cfg_no_tx"`
 	XlCfgSrcSets      *ebpf.Variable `ebpf:"xl_cfg_src_sets"`
 	XlCfgSrcfCpus     *ebpf.Variable `ebpf:"xl_cfg_srcf_cpus"`

@@ -170,8 +170,8 @@ func printStatus(w io.Writer, st *ifaceStatus) {
 			fmt.Fprintf(w, "  %s: %d connections in flight (concurrency soft %d, max %d)\n", r.Name, c.InFlight, c.Soft, c.Max)
 		}
 		if c := r.SynCookies; c != nil {
-			fmt.Fprintf(w, "  %s: syn_cookies %s: %d sent, %d validated, %d failed, %d refused, %d not assigned; unanswered: %d over budget, %d not local, %d unanswerable; %d passed to an existing socket\n",
-				r.Name, c.Mode, c.Sent, c.Validated, c.Failed, c.Refused, c.AssignFailed, c.OverBudget, c.NotLocal, c.Unanswerable, c.ToSocket)
+			fmt.Fprintf(w, "  %s: syn_cookies %s: %d sent, %d validated, %d failed, %d refused (%d with a reset), %d not assigned; unanswered: %d over budget, %d not local, %d unanswerable; %d passed to an existing socket\n",
+				r.Name, c.Mode, c.Sent, c.Validated, c.Failed, c.Refused, c.RefusedReset, c.AssignFailed, c.OverBudget, c.NotLocal, c.Unanswerable, c.ToSocket)
 		}
 		switch r.Breaker {
 		case "open":

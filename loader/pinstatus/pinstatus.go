@@ -114,7 +114,7 @@ func Read(bpffs, iface string) (status.Iface, error) {
 				return st, err
 			}
 			rs.SynCookies = &status.SynCookies{Mode: mode, Sent: c.Sent, Validated: c.Validated, Failed: c.Failed,
-				Refused: c.Refused, AssignFailed: c.AssignFailed, OverBudget: c.OverBudget, NotLocal: c.NotLocal,
+				Refused: c.Refused, RefusedReset: c.RefusedReset, AssignFailed: c.AssignFailed, OverBudget: c.OverBudget, NotLocal: c.NotLocal,
 				Unanswerable: c.Unanswerable, ToSocket: c.ToSocket}
 		}
 		st.Rules = append(st.Rules, rs)

@@ -195,9 +195,6 @@ func (p *parser) rule(raw *yaml.Node, path string) (*Rule, loc) {
 			if v != SynCookiesOff && !synOnly {
 				p.errorf(at, "%s answers SYNs of a new-connection rule: requires syn_only: true (and protocol tcp)", v)
 			}
-			if v != SynCookiesOff && r.Refuse == RefuseReset {
-				p.errorf(at, "%s answers the SYNs over the rate with cookies; refuse: reset would answer them too: choose one", v)
-			}
 			r.SynCookies = v
 		}
 	}

@@ -22,6 +22,14 @@ func TestSynCookies(t *testing.T) {
 			t.Errorf("syn_cookies %s: got %q", m, c.Rules[0].SynCookies)
 		}
 	}
+	// With refuse: reset (issue 42): a valid cookie ACK the rule refuses
+	// is answered with a reset to its proven source.
+	for _, m := range []string{"auto", "always"} {
+		c := mustParse(t, rule("\n    refuse: reset\n    syn_cookies: "+m))
+		if c.Rules[0].Refuse != RefuseReset || string(c.Rules[0].SynCookies) != m {
+			t.Errorf("refuse: reset with syn_cookies: %s: got refuse %q, syn_cookies %q", m, c.Rules[0].Refuse, c.Rules[0].SynCookies)
+		}
+	}
 	c = mustParse(t, "syn_cookies:\n  answer_rate: 50000\n"+rule("\n    syn_cookies: auto"))
 	if c.SynCookies == nil || c.SynCookies.AnswerRate != 50000 || c.SynCookies.Line != 1 {
 		t.Errorf("answer_rate 50000: %+v", c.SynCookies)
@@ -37,8 +45,6 @@ func TestSynCookies(t *testing.T) {
 		{doc("rules:", "  - name: web", "    protocol: tcp", "    ports: [443]", "    rate: 10", "    syn_cookies: always"),
 			"t.yaml:6: rules[0].syn_cookies: always answers SYNs of a new-connection rule: requires syn_only: true"},
 		{udp, "t.yaml:6: rules[0].syn_cookies: auto answers SYNs of a new-connection rule: requires syn_only: true"},
-		{rule("\n    refuse: reset\n    syn_cookies: auto"),
-			"t.yaml:9: rules[0].syn_cookies: auto answers the SYNs over the rate with cookies; refuse: reset would answer them too: choose one"},
 		{"syn_cookies:\n  answer_rate: 0\n" + rule("\n    syn_cookies: auto"),
 			"t.yaml:2: syn_cookies.answer_rate: must be between 1 and 14880000 SYN-ACKs per second, got 0"},
 		{"syn_cookies:\n  answer_rate: 2e7\n" + rule("\n    syn_cookies: auto"),

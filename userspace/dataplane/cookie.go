@@ -40,12 +40,16 @@ type Cookies struct {
 
 // CookieCounters mirrors struct xl_cookie_counters, summed over CPUs, and
 // xl_cookie_sock (ToSocket: SYNs left to a socket the host already
-// had for their 4-tuple, TIME_WAIT or open; the model has no sockets and
-// never counts it).
+// had for their 4-tuple, TIME_WAIT or open, or whose listener is MPTCP;
+// the model has no sockets and never counts it).
 type CookieCounters struct {
 	Sent, OverBudget, NotLocal, Unanswerable uint64
 	Validated, Failed, Refused, AssignFailed uint64
-	ToSocket                                 uint64
+	// RefusedReset: of Refused, the ACKs a rule with refuse: reset
+	// refused, answered with a reset by the kernel's listener
+	// (xl_cookie_reset).
+	RefusedReset uint64
+	ToSocket     uint64
 }
 
 // Add adds o to c.
@@ -57,6 +61,7 @@ func (c *CookieCounters) Add(o CookieCounters) {
 	c.Validated += o.Validated
 	c.Failed += o.Failed
 	c.Refused += o.Refused
+	c.RefusedReset += o.RefusedReset
 	c.AssignFailed += o.AssignFailed
 	c.ToSocket += o.ToSocket
 }
@@ -143,7 +148,8 @@ func (m *Model) cookieOverflow(r *Rule, slot int, pkt *Packet, nowNS uint64) boo
 
 // cookieTake is the Go model of syncookie.h's xl_cookie_take: the class
 // of a SYN that rule slot sends to the cookie path (AnswerOK: answered),
-// counted. The model has no sockets: AnswerSocket never happens here.
+// counted. The model has no sockets: AnswerSocket (a socket other than a
+// listener, or an MPTCP listener, xl_cookie_has_socket) never happens here.
 func (m *Model) cookieTake(frame []byte, pkt *Packet, slot int, nowNS uint64) Answer {
 	class := m.answerClass(frame, pkt, nowNS)
 	if class == AnswerOK {
@@ -277,10 +283,20 @@ func cookieFallback(a Answer) bool {
 // offset its cookie carries; the model has no cookies, so the caller says
 // which). The ACK stands for its SYN: it charges the syn_only rules it
 // matches from that slot on (those before it charged the SYN at XDP), as
-// xl_cookie_charge does, and reports whether one of them refused it
-// (TC_ACT_SHOT). A shadow rule that would refuse counts would_drop and
-// refuses nothing. An allowlisted or denylisted source is not charged.
+// xl_cookie_charge does, and reports whether one of them refused it. A
+// shadow rule that would refuse counts would_drop and refuses nothing. An
+// allowlisted or denylisted source is not charged.
 func (m *Model) CookieACK(frame []byte, answered int, nowNS uint64) (refused bool) {
+	refused, _ = m.CookieACKRefusal(frame, answered, nowNS)
+	return refused
+}
+
+// CookieACKRefusal is CookieACK that also says how the refusal is
+// answered: reset when the rule that refused it has refuse: reset (the
+// TC program leaves the ACK to the kernel's listener, TCX_NEXT, which has
+// no request for it and answers it with a reset, counted RefusedReset),
+// else the ACK is dropped (TC_ACT_SHOT).
+func (m *Model) CookieACKRefusal(frame []byte, answered int, nowNS uint64) (refused, reset bool) {
 	p := m.Plan
 	g := &p.Globals
 	pkt, _ := Parse(frame)
@@ -290,7 +306,7 @@ func (m *Model) CookieACK(frame []byte, answered int, nowNS uint64) (refused boo
 		src = p.Lookup(pkt.Src)
 	}
 	if src != nil && src.Flags&(PrefixAllow|PrefixDeny) != 0 {
-		return false
+		return false, false
 	}
 	mask := m.match(&pkt, src) & g.SynOnly
 	for i := answered; i < MaxRules && mask>>i != 0; i++ {
@@ -310,10 +326,14 @@ func (m *Model) CookieACK(frame []byte, answered int, nowNS uint64) (refused boo
 		m.Counters[i].count(v, why, uint64(len(frame)))
 		if v == VerdictDrop {
 			m.CookieCounters[answered].Refused++
-			return true
+			if r.Flags&RuleRefuseReset != 0 {
+				m.CookieCounters[answered].RefusedReset++
+				return true, true
+			}
+			return true, false
 		}
 	}
-	return false
+	return false, false
 }
 
 // cookieCharge is syncookie_tc.c's xl_cookie_charge: the gates, the

@@ -48,9 +48,11 @@ func compileRuleResp(r *RuleSpec, pr *Rule, g *Globals, bit uint64) error {
 		if !tcp {
 			return fmt.Errorf("compile rule %s: refuse reset needs protocol tcp or any, not %s", r.Name, r.Protocol)
 		}
-		if r.SynCookies != "" && r.SynCookies != CookiesOff {
-			return fmt.Errorf("compile rule %s: refuse reset and syn_cookies both answer the SYNs over the rate: choose one", r.Name)
-		}
+		// With syn_cookies too: the SYNs the cookie path answers are
+		// never refused at XDP; a valid cookie ACK the rule refuses at TC
+		// is answered with a reset by the kernel's listener, to a source
+		// the cookie proved (syncookie_tc.c); the SYNs it cannot answer
+		// and the rule refuses, within the reset budgets (refuse.h).
 		pr.Flags |= RuleRefuseReset
 	default:
 		return fmt.Errorf("compile rule %s: refuse %q: want drop or reset", r.Name, r.Refuse)

@@ -139,7 +139,7 @@ func NewCollector(targets func() []Target, nowNS func() uint64) *Collector {
 			"The control loop's cap on an adaptive rule's connections in flight, while the service is saturated (0: none in force).",
 			[]string{"iface", "rule"}, nil),
 		cookies: prometheus.NewDesc("xlimit_syn_cookies_total",
-			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget (SYNs over the budget of answers, left to the rule's bucket), not_local, unanswerable (SYNs not answered), to_socket (SYNs left to a socket the host already had for their 4-tuple, TIME_WAIT or open), kernel_cookie (ACKs carrying a cookie the kernel made, left to it).",
+			"SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), refused_reset (of refused, answered with a reset under refuse: reset), assign_failed (the kernel did not create the socket), over_budget (SYNs over the budget of answers, left to the rule's bucket), not_local, unanswerable (SYNs not answered), to_socket (SYNs left to a socket the host already had for their 4-tuple, TIME_WAIT or open, or to an MPTCP listener), kernel_cookie (ACKs carrying a cookie the kernel made, left to it).",
 			[]string{"iface", "rule", "outcome"}, nil),
 		answers: prometheus.NewDesc("xlimit_answers_total",
 			"SYNs on a path that answers from XDP (path cookie: syn_cookies; reset: a refused SYN's reset), by the class of the answering policy: ok (answered, within the policy and the budget), shape, flags, src_mac, src_ip, dst_mac, dst_ip, src_own (not answered: docs/robustness.md), socket, budget. Reset path: only classes seen.",
@@ -334,7 +334,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 					for _, o := range []struct {
 						name string
 						n    uint64
-					}{{"sent", k.Sent}, {"validated", k.Validated}, {"failed", k.Failed}, {"refused", k.Refused},
+					}{{"sent", k.Sent}, {"validated", k.Validated}, {"failed", k.Failed}, {"refused", k.Refused}, {"refused_reset", k.RefusedReset},
 						{"assign_failed", k.AssignFailed}, {"over_budget", k.OverBudget}, {"not_local", k.NotLocal},
 						{"unanswerable", k.Unanswerable}, {"to_socket", k.ToSocket}, {"kernel_cookie", answers.KernelCookie}} {
 						ch <- prometheus.MustNewConstMetric(c.cookies, prometheus.CounterValue, float64(o.n), t.Iface, r.Name, o.name)

@@ -39,13 +39,13 @@ func TestCollectorSynCookies(t *testing.T) {
 	}
 	web := plan.Slot("web")
 	tab := &cookieTable{cookies: map[int]dataplane.CookieCounters{
-		web: {Sent: 900, Validated: 40, Failed: 3, Refused: 2, AssignFailed: 1, OverBudget: 7, NotLocal: 5, Unanswerable: 4, ToSocket: 6},
+		web: {Sent: 900, Validated: 40, Failed: 3, Refused: 2, RefusedReset: 1, AssignFailed: 1, OverBudget: 7, NotLocal: 5, Unanswerable: 4, ToSocket: 6},
 	}, answers: map[int]dataplane.AnswerCounters{web: {KernelCookie: 8}}}
 	c := NewCollector(func() []Target { return []Target{{Iface: "eth9", Plan: plan, Table: tab}} }, func() uint64 { return 0 })
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	want := `
-# HELP xlimit_syn_cookies_total SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), assign_failed (the kernel did not create the socket), over_budget (SYNs over the budget of answers, left to the rule's bucket), not_local, unanswerable (SYNs not answered), to_socket (SYNs left to a socket the host already had for their 4-tuple, TIME_WAIT or open), kernel_cookie (ACKs carrying a cookie the kernel made, left to it).
+# HELP xlimit_syn_cookies_total SYN cookies of a rule with syn_cookies, by outcome: sent (SYN-ACKs from XDP), validated (returning ACKs with a valid cookie, admitted and handed to the listener), failed (ACKs with an invalid cookie), refused (valid, but over the rule's rate or gates), refused_reset (of refused, answered with a reset under refuse: reset), assign_failed (the kernel did not create the socket), over_budget (SYNs over the budget of answers, left to the rule's bucket), not_local, unanswerable (SYNs not answered), to_socket (SYNs left to a socket the host already had for their 4-tuple, TIME_WAIT or open, or to an MPTCP listener), kernel_cookie (ACKs carrying a cookie the kernel made, left to it).
 # TYPE xlimit_syn_cookies_total counter
 xlimit_syn_cookies_total{iface="eth9",outcome="assign_failed",rule="web"} 1
 xlimit_syn_cookies_total{iface="eth9",outcome="failed",rule="web"} 3
@@ -53,6 +53,7 @@ xlimit_syn_cookies_total{iface="eth9",outcome="kernel_cookie",rule="web"} 8
 xlimit_syn_cookies_total{iface="eth9",outcome="not_local",rule="web"} 5
 xlimit_syn_cookies_total{iface="eth9",outcome="over_budget",rule="web"} 7
 xlimit_syn_cookies_total{iface="eth9",outcome="refused",rule="web"} 2
+xlimit_syn_cookies_total{iface="eth9",outcome="refused_reset",rule="web"} 1
 xlimit_syn_cookies_total{iface="eth9",outcome="sent",rule="web"} 900
 xlimit_syn_cookies_total{iface="eth9",outcome="to_socket",rule="web"} 6
 xlimit_syn_cookies_total{iface="eth9",outcome="unanswerable",rule="web"} 4

@@ -114,11 +114,12 @@ type SynCookies struct {
 	Validated    uint64 `json:"validated"`     // ACKs with a valid cookie, charged and handed to the listener
 	Failed       uint64 `json:"failed"`        // ACKs to the listener whose cookie was not valid
 	Refused      uint64 `json:"refused"`       // valid cookies the rule refused (its rate, its gates)
+	RefusedReset uint64 `json:"refused_reset"` // of refused, answered with a reset (refuse: reset): the client fails at once
 	AssignFailed uint64 `json:"assign_failed"` // valid and admitted, but the kernel refused to create the socket
 	OverBudget   uint64 `json:"over_budget"`   // SYNs not answered: the host's answer budget was spent
 	NotLocal     uint64 `json:"not_local"`     // SYNs not answered: not to one of the host's addresses
 	Unanswerable uint64 `json:"unanswerable"`  // SYNs not answered: IP options, extension headers, a cut header
-	ToSocket     uint64 `json:"to_socket"`     // SYNs not answered but passed: the host had a socket for their 4-tuple (TIME_WAIT, open)
+	ToSocket     uint64 `json:"to_socket"`     // SYNs not answered but passed: the host had a socket for their 4-tuple (TIME_WAIT, open) or an MPTCP listener
 }
 
 // Concurrency is a rule's concurrency limit and the connections in

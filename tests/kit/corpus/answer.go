@@ -283,7 +283,7 @@ var AnswerClassDoc = map[dataplane.Answer]string{
 	dataplane.AnswerDstMAC: "not to the interface's MAC (broadcast and multicast included)",
 	dataplane.AnswerDstIP:  "not to one of the host's addresses (broadcast and multicast included)",
 	dataplane.AnswerSrcOwn: "from one of the host's own addresses",
-	dataplane.AnswerSocket: "the host has a socket other than a listener for the 4-tuple (TIME_WAIT, open; one in the SYN queue drops the SYN unanswered, docs/dataplane.md)",
+	dataplane.AnswerSocket: "the host has a socket other than a listener for the 4-tuple (TIME_WAIT, open; one in the SYN queue drops the SYN unanswered, docs/dataplane.md), or its listener is MPTCP (which `bpf_sk_assign_tcp_reqsk` refuses; its SYNs take the share of the SYNs XDP cannot answer, not this one: a flood spoofs them)",
 	dataplane.AnswerBudget: "the budget of answers is spent (cookies: `syn_cookies.answer_rate`; resets: the rule's and the host's)",
 }
 
